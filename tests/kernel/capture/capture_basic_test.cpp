@@ -1,0 +1,141 @@
+// Kernel test: an event emitted by a real socket syscall of a target process arrives in userspace
+// with the right pid, tid, comm and bytes; a process that is not a target produces none.
+#include <arpa/inet.h>
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "capture/capture.h"
+#include "testing.h"
+
+namespace {
+
+struct Seen {
+  fc_event header;
+  std::string payload;
+};
+
+// A child process that, when told to go, opens a loopback TCP connection to itself and has a
+// thread named `thread_name` write `message` on it. It reports that thread's tid on `report`.
+pid_t spawn_sender(const char* thread_name, const std::string& message, int& go_fd, int& tid_fd) {
+  int go[2], report[2];
+  REQUIRE(pipe(go) == 0);
+  REQUIRE(pipe(report) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(go[1]);
+    close(report[0]);
+    char byte;
+    if (read(go[0], &byte, 1) != 1) _exit(3);
+    int listener = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) _exit(4);
+    listen(listener, 1);
+    getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+    int client = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) _exit(5);
+    int server = accept(listener, nullptr, nullptr);
+    std::thread sender([&] {
+      prctl(PR_SET_NAME, thread_name);
+      pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+      if (write(client, message.data(), message.size()) != static_cast<ssize_t>(message.size()))
+        _exit(6);
+      if (write(report[1], &tid, sizeof(tid)) != sizeof(tid)) _exit(7);
+    });
+    sender.join();
+    std::string got(message.size(), '\0');
+    std::size_t n = 0;
+    while (n < got.size()) {
+      ssize_t r = read(server, got.data() + n, got.size() - n);
+      if (r <= 0) _exit(8);
+      n += static_cast<std::size_t>(r);
+    }
+    _exit(got == message ? 0 : 9);
+  }
+  close(go[0]);
+  close(report[1]);
+  go_fd = go[1];
+  tid_fd = report[0];
+  return pid;
+}
+
+pid_t run_sender(int go_fd, int tid_fd, pid_t pid) {
+  char byte = 'g';
+  REQUIRE(write(go_fd, &byte, 1) == 1);
+  pid_t tid = 0;
+  REQUIRE(read(tid_fd, &tid, sizeof(tid)) == sizeof(tid));
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  close(go_fd);
+  close(tid_fd);
+  return tid;
+}
+
+}  // namespace
+
+TEST_CASE("a target's socket write arrives with its pid, tid, comm and bytes; others are silent") {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE_MESSAGE(fc::capture::check_environment().ok(), "environment check failed");
+
+  std::vector<Seen> seen;
+  auto capture = fc::capture::Capture::open({.ring_bytes_per_cpu = 1 << 20}, [&](const auto& ev) {
+    seen.push_back({ev.header, std::string(ev.payload.begin(), ev.payload.end())});
+  });
+  REQUIRE_MESSAGE(capture.ok(), (capture.ok() ? "" : capture.error().message));
+
+  const std::string target_message = "fetchcost kernel test: target bytes 0123456789";
+  const std::string other_message = "fetchcost kernel test: bytes nobody should see";
+  int target_go, target_tid_fd, other_go, other_tid_fd;
+  pid_t target = spawn_sender("fc-target-io", target_message, target_go, target_tid_fd);
+  pid_t other = spawn_sender("fc-other-io", other_message, other_go, other_tid_fd);
+  REQUIRE((*capture)->add_target(target, 4096).ok());
+
+  pid_t target_tid = run_sender(target_go, target_tid_fd, target);
+  pid_t other_tid = run_sender(other_go, other_tid_fd, other);
+  CHECK(target_tid != target);  // the write came from a second thread
+
+  for (int i = 0; i < 20; ++i) REQUIRE((*capture)->poll(50).ok());
+
+  bool found_send = false, found_recv = false;
+  for (const Seen& s : seen) {
+    CHECK_MESSAGE(s.header.tgid != static_cast<__u32>(other), "a non-target produced an event");
+    CHECK(s.payload.find("nobody should see") == std::string::npos);
+    if (s.header.tgid != static_cast<__u32>(target)) continue;
+    if (s.header.direction == FC_DIR_SEND && s.payload == target_message) {
+      found_send = true;
+      CHECK(s.header.tid == static_cast<__u32>(target_tid));
+      CHECK(std::string(s.header.comm) == "fc-target-io");
+      CHECK(s.header.source == FC_SRC_WRITE);
+      CHECK(s.header.length == target_message.size());
+      CHECK(s.header.captured == target_message.size());
+      CHECK(s.header.stream_pos == 0);
+    }
+    if (s.header.direction == FC_DIR_RECV && s.payload == target_message) {
+      found_recv = true;
+      CHECK(s.header.tid == static_cast<__u32>(target));  // the main thread read it
+      CHECK(s.header.source == FC_SRC_READ);
+    }
+  }
+  CHECK(found_send);
+  CHECK(found_recv);
+  CHECK(other_tid > 0);
+  const auto totals = (*capture)->totals();
+  CHECK(totals.drops == 0);
+  CHECK(totals.events >= 2);
+}

@@ -1,0 +1,33 @@
+#include "daemon/targets.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+namespace fc::daemon {
+
+std::vector<pid_t> find_processes_by_cmdline(const std::string& needle) {
+  std::vector<pid_t> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    pid_t pid = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
+    if (pid == getpid()) continue;
+    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (char& c : cmdline)
+      if (c == '\0') c = ' ';
+    if (!cmdline.empty() && cmdline.find(needle) != std::string::npos) found.push_back(pid);
+  }
+  return found;
+}
+
+bool process_alive(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
+
+}  // namespace fc::daemon
