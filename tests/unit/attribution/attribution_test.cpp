@@ -1,0 +1,219 @@
+// Attribution rules on hand-built scenarios: which fetch each object read belongs to.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "attribution/attribution.h"
+
+using namespace fc;
+using attribution::Method;
+using attribution::ObjectRead;
+
+namespace {
+
+struct Recorded {
+  std::string client;
+  std::string topic;
+  std::int32_t partition;
+  std::uint64_t bytes;
+  bool error;
+  Method method;
+};
+
+struct RecordingSink : attribution::Sink {
+  std::vector<Recorded> reads;
+  std::vector<attribution::FetchDone> done;
+  std::vector<std::string> done_clients;
+  void on_attributed(const attribution::Attributed& a) override {
+    reads.push_back({std::string(a.client_id), std::string(a.topic), a.partition, a.body_bytes,
+                     a.error, a.method});
+  }
+  void on_fetch_done(const attribution::FetchDone& d) override {
+    done.push_back(d);
+    done_clients.emplace_back(d.client_id);
+  }
+  std::map<std::string, std::uint64_t> bytes_by_client() const {
+    std::map<std::string, std::uint64_t> m;
+    for (const auto& r : reads) m[r.client] += r.bytes;
+    return m;
+  }
+};
+
+struct FixedTier : attribution::LocalTier {
+  std::map<std::pair<std::string, std::int32_t>, std::int64_t> starts;
+  std::optional<std::int64_t> local_log_start(std::string_view topic,
+                                              std::int32_t partition) const override {
+    auto it = starts.find({std::string(topic), partition});
+    if (it == starts.end()) return std::nullopt;
+    return it->second;
+  }
+};
+
+kafka::Exchange fetch(std::uint64_t conn, std::int32_t corr, std::string client, std::uint64_t t,
+                      std::vector<std::tuple<std::string, std::int32_t, std::int64_t>> parts) {
+  kafka::Exchange x;
+  x.connection = conn;
+  x.correlation_id = corr;
+  x.client_id = std::move(client);
+  x.api_key = kafka::api::kFetch;
+  x.api_version = 11;
+  x.body_decoded = true;
+  x.request_time_ns = t;
+  x.fetch.replica_id = -1;
+  for (auto& [topic, partition, offset] : parts) {
+    std::uint32_t index = 0;
+    while (index < x.fetch.topics.size() && x.fetch.topics[index].name != topic) ++index;
+    if (index == x.fetch.topics.size()) x.fetch.topics.push_back({topic, {}});
+    kafka::FetchPartition p;
+    p.topic_index = index;
+    p.partition = partition;
+    p.fetch_offset = offset;
+    p.partition_max_bytes = 1 << 20;
+    p.in_request = true;
+    x.fetch.partitions.push_back(p);
+  }
+  return x;
+}
+
+kafka::Exchange respond(kafka::Exchange x, std::uint64_t t, std::int64_t records_size) {
+  x.response_seen = true;
+  x.response_start_ns = t;
+  x.response_end_ns = t;
+  for (auto& p : x.fetch.partitions) {
+    p.in_response = true;
+    p.records_size = records_size;
+  }
+  return x;
+}
+
+ObjectRead get(std::uint32_t tid, std::uint64_t start, std::uint64_t end, std::string_view topic,
+               std::int32_t partition, std::int64_t base, std::uint64_t bytes, int status = 206) {
+  ObjectRead r;
+  r.connection = 900;
+  r.thread_id = tid;
+  r.start_ns = start;
+  r.end_ns = end;
+  r.status = status;
+  r.body_bytes = bytes;
+  r.topic = topic;
+  r.partition = partition;
+  r.segment_base_offset = base;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("GETs on a reader thread go to the pending fetch for that partition until it answers") {
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"orders", 0}] = 5000;
+  attribution::Attributor attributor(sink, &tier);
+
+  auto scanner = fetch(1, 7, "scanner", 100, {{"orders", 0, 120}});
+  auto tailer = fetch(2, 9, "tailer", 110, {{"orders", 0, 5100}});  // local: not remote
+  attributor.on_request(scanner);
+  attributor.on_request(tailer);
+  CHECK(attributor.pending() == 1);
+
+  attributor.on_object_read(get(31, 200, 300, "orders", 0, 0, 4 << 20));
+  attributor.on_object_read(get(31, 310, 400, "orders", 0, 0, 1 << 20));
+  attributor.on_exchange(respond(tailer, 150, 4096));
+  attributor.on_exchange(respond(scanner, 500, 1 << 20));
+
+  REQUIRE(sink.reads.size() == 2);
+  CHECK(sink.reads[0].client == "scanner");
+  CHECK(sink.reads[1].client == "scanner");
+  CHECK(sink.bytes_by_client()["scanner"] == (5u << 20));
+  REQUIRE(sink.done.size() == 1);
+  CHECK(sink.done_clients[0] == "scanner");
+  CHECK(sink.done[0].object_reads == 2);
+  CHECK(sink.done[0].object_bytes == (5u << 20));
+  CHECK(sink.done[0].bytes_delivered == (1u << 20));
+  CHECK(sink.done[0].remote_latency_seconds == doctest::Approx(300e-9));
+  CHECK(attributor.pending() == 0);
+}
+
+TEST_CASE("a GET with no pending fetch is unattributed; a failed GET adds no bytes") {
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  attributor.on_object_read(get(31, 200, 300, "orders", 0, 0, 4096));
+  auto f = fetch(1, 1, "reader", 400, {{"orders", 0, 10}});
+  attributor.on_request(f);
+  attributor.on_object_read(get(31, 450, 460, "orders", 0, 0, 999, 503));
+  attributor.on_object_read(get(31, 300, 310, "orders", 0, 0, 77));  // started before the request
+
+  REQUIRE(sink.reads.size() == 3);
+  CHECK(sink.reads[0].client == attribution::kUnattributed);
+  CHECK(sink.reads[0].bytes == 4096);
+  CHECK(sink.reads[1].client == "reader");
+  CHECK(sink.reads[1].error);
+  CHECK(sink.reads[1].bytes == 0);
+  CHECK(sink.reads[2].client == attribution::kUnattributed);
+  CHECK(attributor.counters().reads_unattributed == 2);
+}
+
+TEST_CASE("concurrent fetches of one partition: oldest first, a fetch already being read is skipped") {
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  attributor.on_request(fetch(1, 1, "a", 100, {{"t", 3, 10}}));
+  attributor.on_request(fetch(2, 1, "b", 110, {{"t", 3, 20}}));
+  attributor.on_object_read(get(41, 200, 250, "t", 3, 0, 10));  // thread 41 takes a
+  attributor.on_object_read(get(42, 210, 260, "t", 3, 0, 20));  // thread 42: a is busy → b
+  attributor.on_object_read(get(41, 260, 270, "t", 3, 0, 30));  // thread 41 stays with a
+  auto bytes = sink.bytes_by_client();
+  CHECK(bytes["a"] == 40);
+  CHECK(bytes["b"] == 20);
+}
+
+TEST_CASE("a GET in a later segment than the fetch offset is not the fetch's") {
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  attributor.on_request(fetch(1, 1, "early", 100, {{"t", 0, 50}}));
+  attributor.on_request(fetch(2, 1, "late", 110, {{"t", 0, 9000}}));
+  attributor.on_object_read(get(41, 200, 250, "t", 0, 8000, 10));
+  CHECK(sink.bytes_by_client()["late"] == 10);
+  CHECK(sink.bytes_by_client().count("early") == 0);
+}
+
+TEST_CASE("estimated reads (no key) go FIFO to fetches that may read remotely") {
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"t", 0}] = 1000;
+  attribution::Attributor attributor(sink, &tier);
+  attributor.on_request(fetch(1, 1, "local", 90, {{"t", 0, 1500}}));
+  attributor.on_request(fetch(2, 1, "first", 100, {{"t", 0, 10}}));
+  attributor.on_request(fetch(3, 1, "second", 105, {{"t", 0, 20}}));
+  ObjectRead r;
+  r.thread_id = 50;
+  r.start_ns = 200;
+  r.end_ns = 300;
+  r.status = 200;
+  r.body_bytes = 4000;
+  r.method = Method::kEstimated;
+  attributor.on_object_read(r);
+  r.thread_id = 51;
+  r.body_bytes = 3000;
+  attributor.on_object_read(r);
+  REQUIRE(sink.reads.size() == 2);
+  CHECK(sink.reads[0].client == "first");
+  CHECK(sink.reads[0].method == Method::kEstimated);
+  CHECK(sink.reads[0].topic == "t");
+  CHECK(sink.reads[1].client == "second");
+}
+
+TEST_CASE("closing a connection finishes its fetches; followers are never tracked") {
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  auto follower = fetch(5, 1, "broker-2", 100, {{"t", 0, 0}});
+  follower.fetch.replica_id = 2;
+  attributor.on_request(follower);
+  CHECK(attributor.pending() == 0);
+  attributor.on_request(fetch(6, 1, "c", 100, {{"t", 0, 0}}));
+  attributor.on_object_read(get(41, 200, 250, "t", 0, 0, 10));
+  attributor.close_connection(6);
+  CHECK(attributor.pending() == 0);
+  REQUIRE(sink.done.size() == 1);
+  CHECK_FALSE(sink.done[0].response_seen);
+}

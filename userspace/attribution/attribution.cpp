@@ -1,0 +1,320 @@
+#include "attribution/attribution.h"
+
+#include <list>
+#include <unordered_map>
+#include <vector>
+
+namespace fc::attribution {
+namespace {
+
+struct PendingPartition {
+  std::string topic;
+  std::string topic_id;  // base64, for matching keys when the name was not resolved
+  std::int32_t partition = -1;
+  std::int64_t fetch_offset = -1;
+  std::int32_t max_bytes = -1;
+  std::uint64_t reads = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t first_start_ns = 0;
+  std::uint64_t last_end_ns = 0;
+  Method method = Method::kExact;
+};
+
+struct PendingFetch {
+  std::uint64_t connection = 0;
+  std::int32_t correlation_id = 0;
+  std::string client_id;
+  std::string peer;
+  std::uint64_t request_ns = 0;
+  std::vector<PendingPartition> parts;
+  std::vector<std::uint32_t> reader_threads;  // threads tied to this fetch
+};
+
+using FetchList = std::list<PendingFetch>;
+using FetchIt = FetchList::iterator;
+
+std::uint64_t fetch_key(std::uint64_t connection, std::int32_t correlation_id) {
+  // Connection ids are kernel addresses or (tgid, fd, generation) packs: mixing in the
+  // correlation id keeps keys unique in practice; collisions are checked on lookup.
+  return connection * 1000003ull ^ static_cast<std::uint32_t>(correlation_id);
+}
+
+std::string partition_key(std::string_view topic, std::int32_t partition) {
+  std::string key(topic);
+  key.push_back('\0');
+  key.append(std::to_string(partition));
+  return key;
+}
+
+}  // namespace
+
+struct Attributor::Impl {
+  Sink& sink;
+  const LocalTier* tier;
+  Options options;
+  Counters counters;
+
+  FetchList fetches;  // arrival order (the remote reader pool is FIFO)
+  std::unordered_multimap<std::uint64_t, FetchIt> by_request;
+  // Pending fetches per (topic or topic id, partition) that may read that partition remotely.
+  std::unordered_map<std::string, std::vector<FetchIt>> by_partition;
+  struct Affinity {
+    FetchIt fetch;
+    std::size_t part;
+  };
+  std::unordered_map<std::uint32_t, Affinity> by_thread;
+  std::unordered_map<std::uint64_t, std::string> peers;
+
+  Impl(Sink& s, const LocalTier* t, Options o) : sink(s), tier(t), options(o) {}
+
+  bool possibly_remote(const PendingPartition& p) const {
+    if (p.fetch_offset < 0) return false;
+    if (tier) {
+      if (auto start = tier->local_log_start(p.topic, p.partition)) return p.fetch_offset < *start;
+    }
+    return options.unknown_partitions_possibly_remote;
+  }
+
+  FetchIt find(std::uint64_t connection, std::int32_t correlation_id) {
+    auto [lo, hi] = by_request.equal_range(fetch_key(connection, correlation_id));
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second->connection == connection && it->second->correlation_id == correlation_id)
+        return it->second;
+    }
+    return fetches.end();
+  }
+
+  void unindex(FetchIt fetch) {
+    auto [lo, hi] = by_request.equal_range(fetch_key(fetch->connection, fetch->correlation_id));
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second == fetch) {
+        by_request.erase(it);
+        break;
+      }
+    }
+    for (const auto& part : fetch->parts) {
+      for (const std::string* name : {&part.topic, &part.topic_id}) {
+        if (name->empty()) continue;
+        auto bucket = by_partition.find(partition_key(*name, part.partition));
+        if (bucket == by_partition.end()) continue;
+        std::erase(bucket->second, fetch);
+        if (bucket->second.empty()) by_partition.erase(bucket);
+      }
+    }
+    for (std::uint32_t tid : fetch->reader_threads) {
+      auto it = by_thread.find(tid);
+      if (it != by_thread.end() && it->second.fetch == fetch) by_thread.erase(it);
+    }
+  }
+
+  void finish(FetchIt fetch, const kafka::Exchange* response) {
+    for (const auto& part : fetch->parts) {
+      if (part.reads == 0) continue;
+      FetchDone done;
+      done.client_id = fetch->client_id;
+      done.peer = fetch->peer;
+      done.topic = part.topic.empty() ? std::string_view(part.topic_id) : part.topic;
+      done.partition = part.partition;
+      done.method = part.method;
+      done.object_reads = part.reads;
+      done.object_bytes = part.bytes;
+      done.remote_latency_seconds =
+          part.last_end_ns > part.first_start_ns
+              ? static_cast<double>(part.last_end_ns - part.first_start_ns) / 1e9
+              : 0.0;
+      if (response && response->response_seen) {
+        done.response_seen = true;
+        const auto& fx = response->fetch;
+        for (const auto& rp : fx.partitions) {
+          if (!rp.in_response || rp.partition != part.partition) continue;
+          if (rp.topic_index >= fx.topics.size()) continue;
+          const auto& t = fx.topics[rp.topic_index];
+          if ((!t.name.empty() && t.name == part.topic) ||
+              (!t.id.is_zero() && t.id.to_base64() == part.topic_id)) {
+            done.bytes_delivered = rp.records_size > 0 ? static_cast<std::uint64_t>(rp.records_size) : 0;
+            break;
+          }
+        }
+      }
+      sink.on_fetch_done(done);
+    }
+    unindex(fetch);
+    fetches.erase(fetch);
+  }
+
+  void track(const kafka::Exchange& request) {
+    const auto& fx = request.fetch;
+    if (fx.replica_id >= 0) return;  // follower replication never reads the remote tier
+    PendingFetch fetch;
+    fetch.connection = request.connection;
+    fetch.correlation_id = request.correlation_id;
+    fetch.request_ns = request.request_time_ns;
+    for (const auto& p : fx.partitions) {
+      if (!p.in_request && !p.from_session) continue;
+      if (p.topic_index >= fx.topics.size()) continue;
+      PendingPartition part;
+      part.topic = fx.topics[p.topic_index].name;
+      if (!fx.topics[p.topic_index].id.is_zero()) part.topic_id = fx.topics[p.topic_index].id.to_base64();
+      part.partition = p.partition;
+      part.fetch_offset = p.fetch_offset;
+      part.max_bytes = p.partition_max_bytes;
+      if (possibly_remote(part)) fetch.parts.push_back(std::move(part));
+    }
+    if (fetch.parts.empty()) return;
+    fetch.client_id = request.client_id;
+    if (auto peer = peers.find(request.connection); peer != peers.end()) fetch.peer = peer->second;
+
+    if (fetches.size() >= options.max_pending) {
+      ++counters.pending_evicted;
+      finish(fetches.begin(), nullptr);
+    }
+    fetches.push_back(std::move(fetch));
+    FetchIt it = std::prev(fetches.end());
+    by_request.emplace(fetch_key(it->connection, it->correlation_id), it);
+    for (const auto& part : it->parts) {
+      for (const std::string* name : {&part.topic, &part.topic_id}) {
+        if (!name->empty()) by_partition[partition_key(*name, part.partition)].push_back(it);
+      }
+    }
+    ++counters.fetches_tracked;
+  }
+
+  // Finds the fetch and partition an exact read belongs to.
+  std::optional<Affinity> match_exact(const ObjectRead& read) {
+    auto matches = [&](const PendingPartition& part) {
+      return part.partition == read.partition &&
+             (part.topic == read.topic || (!read.topic_id.empty() && part.topic_id == read.topic_id));
+    };
+    if (auto it = by_thread.find(read.thread_id); it != by_thread.end()) {
+      const Affinity& a = it->second;
+      if (matches(a.fetch->parts[a.part]) && a.fetch->request_ns <= read.start_ns) return a;
+    }
+    const std::vector<FetchIt>* bucket = nullptr;
+    for (std::string_view name : {read.topic, read.topic_id}) {
+      if (name.empty()) continue;
+      auto b = by_partition.find(partition_key(name, read.partition));
+      if (b != by_partition.end()) {
+        bucket = &b->second;
+        break;
+      }
+    }
+    if (!bucket) return std::nullopt;
+    std::optional<Affinity> best;
+    bool best_idle = false;
+    for (FetchIt fetch : *bucket) {  // bucket is in arrival order
+      if (fetch->request_ns > read.start_ns) continue;
+      for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
+        const auto& part = fetch->parts[i];
+        if (!matches(part)) continue;
+        if (read.segment_base_offset >= 0 && part.fetch_offset < read.segment_base_offset) continue;
+        const bool idle = fetch->reader_threads.empty();
+        if (!best || (idle && !best_idle)) {
+          best = Affinity{fetch, i};
+          best_idle = idle;
+        }
+      }
+      if (best && best_idle) break;
+    }
+    return best;
+  }
+
+  // Estimated reads name no partition: the oldest pending fetch whose request came first.
+  std::optional<Affinity> match_estimated(const ObjectRead& read) {
+    if (auto it = by_thread.find(read.thread_id); it != by_thread.end()) {
+      if (it->second.fetch->request_ns <= read.start_ns) return it->second;
+    }
+    std::optional<Affinity> busy;
+    for (FetchIt fetch = fetches.begin(); fetch != fetches.end(); ++fetch) {
+      if (fetch->request_ns > read.start_ns) break;  // arrival order: the rest came later
+      std::size_t part = 0;
+      for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
+        if (fetch->parts[i].reads == 0) {
+          part = i;
+          break;
+        }
+      }
+      if (fetch->reader_threads.empty()) return Affinity{fetch, part};
+      if (!busy) busy = Affinity{fetch, part};
+    }
+    return busy;
+  }
+
+  void on_read(const ObjectRead& read) {
+    const bool exact = read.method == Method::kExact && !read.topic.empty();
+    std::optional<Affinity> match = exact ? match_exact(read) : match_estimated(read);
+
+    Attributed out;
+    out.read = &read;
+    out.method = exact ? Method::kExact : Method::kEstimated;
+    out.error = !read.succeeded();
+    out.body_bytes = read.succeeded() ? read.body_bytes : 0;
+    if (!match) {
+      ++counters.reads_unattributed;
+      out.client_id = kUnattributed;
+      out.topic = read.topic;
+      out.partition = read.partition;
+      sink.on_attributed(out);
+      return;
+    }
+    PendingFetch& fetch = *match->fetch;
+    PendingPartition& part = fetch.parts[match->part];
+    auto tied = by_thread.find(read.thread_id);
+    if (tied == by_thread.end() || tied->second.fetch != match->fetch) {
+      if (tied != by_thread.end()) std::erase(tied->second.fetch->reader_threads, read.thread_id);
+      by_thread[read.thread_id] = *match;
+      fetch.reader_threads.push_back(read.thread_id);
+    } else {
+      tied->second.part = match->part;
+    }
+    if (part.reads == 0 || read.start_ns < part.first_start_ns) part.first_start_ns = read.start_ns;
+    part.last_end_ns = std::max(part.last_end_ns, read.end_ns);
+    ++part.reads;
+    part.bytes += out.body_bytes;
+    if (!exact) part.method = Method::kEstimated;
+    ++(exact ? counters.reads_exact : counters.reads_estimated);
+
+    out.client_id = fetch.client_id;
+    out.peer = fetch.peer;
+    out.topic = part.topic.empty() ? std::string_view(part.topic_id) : part.topic;
+    out.partition = part.partition;
+    out.fetch_offset = part.fetch_offset;
+    out.partition_max_bytes = part.max_bytes;
+    sink.on_attributed(out);
+  }
+};
+
+Attributor::Attributor(Sink& sink, const LocalTier* tier, Options options)
+    : impl_(std::make_unique<Impl>(sink, tier, options)) {}
+Attributor::~Attributor() = default;
+
+void Attributor::set_peer(std::uint64_t connection, std::string_view peer) {
+  impl_->peers[connection] = std::string(peer);
+}
+
+void Attributor::on_request(const kafka::Exchange& request) {
+  if (request.api_key != kafka::api::kFetch || !request.body_decoded) return;
+  if (impl_->find(request.connection, request.correlation_id) != impl_->fetches.end()) return;
+  impl_->track(request);
+}
+
+void Attributor::on_exchange(const kafka::Exchange& exchange) {
+  if (exchange.api_key != kafka::api::kFetch) return;
+  FetchIt fetch = impl_->find(exchange.connection, exchange.correlation_id);
+  if (fetch != impl_->fetches.end()) impl_->finish(fetch, &exchange);
+}
+
+void Attributor::on_object_read(const ObjectRead& read) { impl_->on_read(read); }
+
+void Attributor::close_connection(std::uint64_t connection) {
+  for (auto it = impl_->fetches.begin(); it != impl_->fetches.end();) {
+    auto next = std::next(it);
+    if (it->connection == connection) impl_->finish(it, nullptr);
+    it = next;
+  }
+  impl_->peers.erase(connection);
+}
+
+const Counters& Attributor::counters() const { return impl_->counters; }
+std::size_t Attributor::pending() const { return impl_->fetches.size(); }
+
+}  // namespace fc::attribution

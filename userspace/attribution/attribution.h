@@ -1,0 +1,130 @@
+// attribution: joins the broker's object-store reads to the client fetches that caused them.
+//
+// Fed with decoded Kafka fetches (kafka::Exchange: on_request when a request is decoded,
+// on_exchange when its response is seen or it expires) and with object reads (one per GET, exact
+// when the object key names topic/partition/segment, estimated when the connection is opaque),
+// it emits one Attributed record per object read — to a client, or to "__unattributed__" — and
+// one FetchDone per fetch that had remote reads (bytes delivered, remote latency).
+//
+// Rules (../shared/DESIGN.md): a GET is matched to a pending fetch for its partition (request
+// arrived before the GET started, response not yet sent, fetch offset in that segment or later).
+// A remote reader thread serves one fetch at a time, so once a thread is tied to a fetch its
+// following GETs for that partition go to the same fetch until the response is sent. Among
+// several candidates: fetches no other thread is reading first, then oldest first (the remote
+// reader pool is a FIFO queue). A partition is remote-eligible when its fetch offset is below
+// the local log start (LocalTier) or when an exact GET proves it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "kafka/kafka.h"
+
+namespace fc::attribution {
+
+inline constexpr std::string_view kUnattributed = "__unattributed__";
+
+enum class Method : std::uint8_t { kExact, kEstimated };
+
+// The broker's local log start offsets (from its log dirs).
+class LocalTier {
+ public:
+  virtual ~LocalTier() = default;
+  // nullopt: unknown partition (no log dir seen for it).
+  virtual std::optional<std::int64_t> local_log_start(std::string_view topic,
+                                                      std::int32_t partition) const = 0;
+};
+
+// One GET (or one estimated request/response cycle) on an object-store connection.
+struct ObjectRead {
+  std::uint64_t connection = 0;
+  std::uint32_t thread_id = 0;  // the broker thread that wrote the request
+  std::uint64_t start_ns = 0;   // request written
+  std::uint64_t end_ns = 0;     // response complete
+  int status = 0;               // HTTP status; 0 = connection failed or unknown
+  std::uint64_t body_bytes = 0;  // response body bytes received
+  Method method = Method::kExact;
+  // Parsed from the object key (exact reads only); topic empty when the key did not parse.
+  std::string_view object_key;
+  std::string_view topic;
+  std::string_view topic_id;
+  std::int32_t partition = -1;
+  std::int64_t segment_base_offset = -1;
+
+  bool succeeded() const { return status >= 200 && status < 300; }
+};
+
+struct Attributed {
+  std::string_view client_id;  // or kUnattributed
+  std::string_view peer;       // the client connection's peer address, when known
+  std::string_view topic;      // may be empty for an unattributed opaque read
+  std::int32_t partition = -1;
+  std::int64_t fetch_offset = -1;
+  std::int32_t partition_max_bytes = -1;
+  Method method = Method::kExact;
+  const ObjectRead* read = nullptr;
+  std::uint64_t body_bytes = 0;  // 0 for failed reads: they count as requests and errors only
+  bool error = false;
+};
+
+struct FetchDone {
+  std::string_view client_id;
+  std::string_view peer;
+  std::string_view topic;
+  std::int32_t partition = -1;
+  Method method = Method::kExact;
+  std::uint64_t object_reads = 0;
+  std::uint64_t object_bytes = 0;      // body bytes of the reads attributed to this fetch
+  std::uint64_t bytes_delivered = 0;   // records bytes the response carried for the partition
+  double remote_latency_seconds = 0;   // first read start → last read end
+  bool response_seen = false;
+};
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void on_attributed(const Attributed& record) = 0;
+  virtual void on_fetch_done(const FetchDone&) {}
+};
+
+struct Counters {
+  std::uint64_t fetches_tracked = 0;      // consumer fetches with a possibly-remote partition
+  std::uint64_t reads_exact = 0;
+  std::uint64_t reads_estimated = 0;
+  std::uint64_t reads_unattributed = 0;
+  std::uint64_t pending_evicted = 0;      // pending fetches dropped by the max_pending bound
+};
+
+struct Options {
+  std::size_t max_pending = 100'000;  // pending fetches kept across all connections
+  // When no LocalTier knows a partition, treat it as possibly remote (an exact GET can prove it).
+  bool unknown_partitions_possibly_remote = true;
+};
+
+class Attributor {
+ public:
+  Attributor(Sink& sink, const LocalTier* tier, Options options = {});
+  ~Attributor();
+  Attributor(const Attributor&) = delete;
+  Attributor& operator=(const Attributor&) = delete;
+
+  // The peer address of a client connection (used when the client-id cannot be read).
+  void set_peer(std::uint64_t connection, std::string_view peer);
+  void on_request(const kafka::Exchange& request);
+  void on_exchange(const kafka::Exchange& exchange);
+  void on_object_read(const ObjectRead& read);
+  void close_connection(std::uint64_t connection);
+
+  const Counters& counters() const;
+  std::size_t pending() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fc::attribution
