@@ -1,0 +1,190 @@
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "tier/tier.h"
+
+namespace fs = std::filesystem;
+using fc::tier::Eligibility;
+using fc::tier::LocalTierMap;
+
+namespace {
+
+constexpr const char* kOrdersId = "gT5bX0YqRkOyQ3uLm9a_Aw";
+constexpr const char* kDashedId = "Zm9vYmFyLWJhei1xdXV4LQ";
+
+// A temporary log dir laid out the way a Kafka broker writes it.
+struct LogDir {
+  fs::path root;
+  LogDir() {
+    char tmpl[] = "/tmp/fc_tier_test_XXXXXX";
+    root = mkdtemp(tmpl);
+  }
+  ~LogDir() { fs::remove_all(root); }
+  fs::path partition(const std::string& dir_name, const std::string& topic_id = "") {
+    fs::path dir = root / dir_name;
+    fs::create_directories(dir);
+    if (!topic_id.empty()) {
+      std::ofstream(dir / "partition.metadata") << "version: 0\ntopic_id: " << topic_id << "\n";
+    }
+    return dir;
+  }
+  static void segment(const fs::path& dir, std::int64_t base_offset) {
+    char name[32];
+    std::snprintf(name, sizeof name, "%020lld", static_cast<long long>(base_offset));
+    std::ofstream(dir / (std::string(name) + ".log")) << "records";
+    std::ofstream(dir / (std::string(name) + ".index")) << "";
+    std::ofstream(dir / (std::string(name) + ".timeindex")) << "";
+  }
+};
+
+bool eventually(const std::function<bool()>& condition) {
+  for (int i = 0; i < 300; ++i) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return condition();
+}
+
+}  // namespace
+
+TEST_CASE("partition dir names: the partition follows the last '-'") {
+  auto orders = fc::tier::parse_partition_dir_name("orders-3");
+  REQUIRE(orders);
+  CHECK(orders->first == "orders");
+  CHECK(orders->second == 3);
+  auto dashed = fc::tier::parse_partition_dir_name("my-topic-2024-12");
+  REQUIRE(dashed);
+  CHECK(dashed->first == "my-topic-2024");
+  CHECK(dashed->second == 12);
+  CHECK_FALSE(
+      fc::tier::parse_partition_dir_name("orders-1.5f3a9c7e2b1d4f6a8c0e2b4d6f8a0c2e-delete"));
+  CHECK_FALSE(
+      fc::tier::parse_partition_dir_name("orders-1.5f3a9c7e2b1d4f6a8c0e2b4d6f8a0c2e-future"));
+  CHECK_FALSE(fc::tier::parse_partition_dir_name("meta.properties"));
+  CHECK_FALSE(fc::tier::parse_partition_dir_name("-1"));
+  CHECK_FALSE(fc::tier::parse_partition_dir_name("orders-"));
+  CHECK_FALSE(fc::tier::parse_partition_dir_name("orders-99999999999"));
+}
+
+TEST_CASE("segment file names: exactly 20 digits + .log") {
+  CHECK(fc::tier::parse_segment_file_name("00000000000000001234.log") == 1234);
+  CHECK_FALSE(fc::tier::parse_segment_file_name("00000000000000001234.index"));
+  CHECK_FALSE(fc::tier::parse_segment_file_name("00000000000000001234.log.deleted"));
+  CHECK_FALSE(fc::tier::parse_segment_file_name("0000000000000001234.log"));
+  CHECK_FALSE(fc::tier::parse_segment_file_name("0000000000000000123x.log"));
+  CHECK_FALSE(fc::tier::parse_segment_file_name("99999999999999999999.log"));  // > INT64_MAX
+}
+
+TEST_CASE("partition.metadata: topic_id is 22 base64url characters") {
+  CHECK(fc::tier::parse_partition_metadata("version: 0\ntopic_id: gT5bX0YqRkOyQ3uLm9a_Aw\n") ==
+        "gT5bX0YqRkOyQ3uLm9a_Aw");
+  CHECK(fc::tier::parse_partition_metadata("topic_id:gT5bX0YqRkOyQ3uLm9a_Aw\r\nversion: 0") ==
+        "gT5bX0YqRkOyQ3uLm9a_Aw");
+  CHECK_FALSE(fc::tier::parse_partition_metadata("version: 0\n"));
+  CHECK_FALSE(fc::tier::parse_partition_metadata("topic_id: short\n"));
+  CHECK_FALSE(fc::tier::parse_partition_metadata("topic_id: gT5bX0YqRkOyQ3uLm9a/Aw\n"));
+}
+
+TEST_CASE("a scan finds local log starts and topic ids; fetches below it are remote") {
+  LogDir dir;
+  auto orders0 = dir.partition("orders-0", kOrdersId);
+  LogDir::segment(orders0, 250);
+  LogDir::segment(orders0, 100);
+  LogDir::segment(orders0, 900);
+  auto dashed = dir.partition("click-stream-v2-12", kDashedId);
+  LogDir::segment(dashed, 0);
+  dir.partition("empty-0");  // no segments yet
+  LogDir::segment(dir.partition("orders-1.abcdef0123456789abcdef0123456789-delete"), 5);
+  std::ofstream(dir.root / "meta.properties") << "broker.id=1\n";
+
+  LocalTierMap map({{dir.root.string(), (dir.root / "missing").string()}});
+  map.rescan();
+  CHECK(map.local_log_start("orders", 0) == 100);
+  CHECK(map.local_log_start("click-stream-v2", 12) == 0);
+  CHECK(map.local_log_start("orders", 1) == std::nullopt);
+  CHECK(map.topic_id("orders") == kOrdersId);
+  CHECK(map.topic_name(kDashedId) == "click-stream-v2");
+  CHECK(map.topic_id("empty") == std::nullopt);
+  CHECK(map.classify("orders", 0, 99) == Eligibility::kRemote);
+  CHECK(map.classify("orders", 0, 100) == Eligibility::kLocal);
+  CHECK(map.classify("orders", 0, 5000) == Eligibility::kLocal);
+  CHECK(map.classify("empty", 0, 0) == Eligibility::kUnknown);
+  CHECK(map.classify("nope", 0, 0) == Eligibility::kUnknown);
+  const auto partitions = map.partitions();
+  REQUIRE(partitions.size() == 3);
+  CHECK(partitions[1].topic == "empty");
+  CHECK(partitions[2].segments == 3);
+  CHECK(map.stats().log_dirs_missing == 1);
+}
+
+TEST_CASE("inotify: segment deletion, new partitions and vanished dirs are seen") {
+  LogDir dir;
+  auto orders0 = dir.partition("orders-0", kOrdersId);
+  LogDir::segment(orders0, 100);
+  LogDir::segment(orders0, 200);
+  fc::tier::Options options{{dir.root.string()}};
+  options.rescan_interval = std::chrono::hours(1);  // inotify alone must keep up
+  LocalTierMap map(options);
+  REQUIRE(map.start().ok());
+  CHECK(map.local_log_start("orders", 0) == 100);
+
+  // Retention deletes the oldest segment: the local log start moves up.
+  fs::remove(orders0 / "00000000000000000100.log");
+  CHECK(eventually([&] { return map.local_log_start("orders", 0) == 200; }));
+  CHECK(map.classify("orders", 0, 150) == Eligibility::kRemote);
+
+  // A new partition is assigned to this broker.
+  auto fresh = dir.partition("new-topic-7", kDashedId);
+  LogDir::segment(fresh, 42);
+  CHECK(eventually([&] { return map.local_log_start("new-topic", 7) == 42; }));
+  CHECK(eventually([&] { return map.topic_id("new-topic") == kDashedId; }));
+
+  // Kafka deletes a partition by renaming it to "-delete" and removing it later.
+  fs::rename(orders0, dir.root / "orders-0.0123456789abcdef0123456789abcdef-delete");
+  CHECK(eventually([&] { return !map.local_log_start("orders", 0).has_value(); }));
+  CHECK(map.classify("orders", 0, 0) == Eligibility::kUnknown);
+
+  // The whole log dir vanishes (disk failure): everything it held is forgotten.
+  fs::remove_all(dir.root);
+  CHECK(eventually([&] { return map.partitions().empty(); }));
+  CHECK(map.stats().inotify_events > 0);
+  map.stop();
+}
+
+TEST_CASE("periodic rescan alone keeps the map current (no inotify)") {
+  LogDir dir;
+  fc::tier::Options options{{dir.root.string()}};
+  options.use_inotify = false;
+  options.rescan_interval = std::chrono::milliseconds(20);
+  LocalTierMap map(options);
+  REQUIRE(map.start().ok());
+  CHECK(map.partitions().empty());
+  LogDir::segment(dir.partition("late-3"), 77);
+  CHECK(eventually([&] { return map.local_log_start("late", 3) == 77; }));
+  CHECK(map.stats().full_scans >= 2);
+}
+
+TEST_CASE("lookups are safe while the map is being rescanned") {
+  LogDir dir;
+  for (int p = 0; p < 50; ++p) LogDir::segment(dir.partition("t-" + std::to_string(p)), 10);
+  fc::tier::Options options{{dir.root.string()}};
+  options.rescan_interval = std::chrono::milliseconds(1);
+  LocalTierMap map(options);
+  REQUIRE(map.start().ok());
+  std::atomic<int> wrong{0};
+  std::thread reader([&] {
+    for (int i = 0; i < 200'000; ++i) {
+      if (map.classify("t", i % 50, 5) != Eligibility::kRemote) ++wrong;
+    }
+  });
+  reader.join();
+  CHECK(wrong == 0);
+}
