@@ -1,0 +1,12 @@
+// fetchcost: the command-line tool (decode, and later status/top/report/replay).
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"fetchcost: attribute Kafka tiered-storage reads to clients"};
+  app.require_subcommand(1);
+  add_decode_command(app);
+  CLI11_PARSE(app, argc, argv);
+  return 0;
+}
