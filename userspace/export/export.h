@@ -1,0 +1,144 @@
+// export: everything fetchcostd shows the outside world.
+//  - render_prometheus(): the Prometheus text format of the sensors and self-metrics
+//    (KIP-compatible kafka_server_remote_fetch_* names, fetchcost_* for the rest);
+//  - Ledger: hourly chargeback buckets per (client, group, topic, method), persisted atomically
+//    in the state dir so a restart loses nothing that was counted;
+//  - AuditLog: one JSON line per attributed object read, size-rotated;
+//  - HttpServer: one listen address for /metrics, /api/v1/..., /healthz, /readyz.
+// None of these ever sees payload bytes: only parsed names, numbers and object keys.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "base/result.h"
+#include "sensors/sensors.h"
+
+namespace fc::exporter {
+
+// What fetchcostd knows about itself, rendered as fetchcost_* metrics.
+struct SelfMetrics {
+  std::vector<std::uint64_t> ring_drops_per_cpu;
+  std::uint64_t events = 0;
+  std::map<std::string, std::uint64_t> parse_errors;  // by decoder ("kafka", "http")
+  std::uint64_t reads_exact = 0;
+  std::uint64_t reads_estimated = 0;
+  std::uint64_t reads_unattributed = 0;
+  std::uint64_t probes_attached = 0;
+  std::uint64_t targets = 0;
+  std::uint64_t config_errors = 0;
+  bool attribution_enabled = true;
+  std::string version;
+};
+
+struct MetricsOptions {
+  std::string currency = "USD";
+};
+
+std::string render_prometheus(const sensors::SensorTable& sensors, const SelfMetrics& self,
+                              const MetricsOptions& options);
+
+// ---- chargeback ledger ----
+struct LedgerKey {
+  std::int64_t hour = 0;  // unix time / 3600
+  std::string client_id;
+  std::string group_id;
+  std::string topic;
+  std::string method;
+  auto operator<=>(const LedgerKey&) const = default;
+};
+struct LedgerValue {
+  std::uint64_t bytes = 0;
+  std::uint64_t requests = 0;
+  std::uint64_t errors = 0;
+  double cost_api = 0;
+  double cost_egress = 0;
+};
+
+class Ledger {
+ public:
+  // Loads `<state_dir>/ledger.json` when it exists. An unreadable ledger is an error (the user
+  // must decide: fetchcostd never overwrites counted money silently).
+  static Result<std::unique_ptr<Ledger>> open(const std::string& state_dir);
+  void add(std::int64_t unix_seconds, const LedgerKey& key_without_hour, const LedgerValue& value);
+  // Writes ledger.json.tmp, fsyncs, renames over ledger.json.
+  Result<void> save() const;
+  // Buckets with hour in [from_unix, to_unix), in key order.
+  std::vector<std::pair<LedgerKey, LedgerValue>> query(std::int64_t from_unix,
+                                                       std::int64_t to_unix) const;
+  std::string path() const;
+
+ private:
+  explicit Ledger(std::string dir) : dir_(std::move(dir)) {}
+  std::string dir_;
+  mutable std::mutex mutex_;
+  std::map<LedgerKey, LedgerValue> buckets_;
+};
+
+// ---- audit log ----
+struct AuditRecord {
+  std::int64_t unix_ms = 0;
+  std::string_view client_id;
+  std::string_view group_id;
+  std::string_view topic;
+  std::int32_t partition = -1;
+  std::int64_t fetch_offset = -1;
+  std::int32_t max_bytes = -1;
+  std::string_view object_key;
+  std::uint64_t bytes = 0;
+  int status = 0;
+  std::string_view method;
+};
+
+class AuditLog {
+ public:
+  // Appends to `path`; when it grows past max_bytes it becomes path.1 (path.1 → path.2 …,
+  // keeping `keep` old files).
+  static Result<std::unique_ptr<AuditLog>> open(const std::string& path, std::uint64_t max_bytes,
+                                                int keep);
+  ~AuditLog();
+  void write(const AuditRecord& record);
+  std::uint64_t records_written() const { return written_; }
+
+ private:
+  AuditLog() = default;
+  void rotate();
+  std::string path_;
+  std::uint64_t max_bytes_ = 0;
+  int keep_ = 0;
+  std::FILE* file_ = nullptr;
+  std::uint64_t size_ = 0;
+  std::uint64_t written_ = 0;
+};
+
+// ---- HTTP ----
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+using HttpHandler = std::function<HttpResponse(const std::string& body)>;
+
+class HttpServer {
+ public:
+  HttpServer();
+  ~HttpServer();
+  void get(const std::string& path, HttpHandler handler);
+  void post(const std::string& path, HttpHandler handler);
+  // Binds "host:port" and serves on a background thread. Port 0 picks a free port.
+  Result<int> start(const std::string& address);
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fc::exporter

@@ -1,0 +1,64 @@
+#include <httplib.h>
+
+#include <thread>
+
+#include "export/export.h"
+
+namespace fc::exporter {
+
+struct HttpServer::Impl {
+  httplib::Server server;
+  std::thread thread;
+};
+
+HttpServer::HttpServer() : impl_(std::make_unique<Impl>()) {}
+HttpServer::~HttpServer() { stop(); }
+
+namespace {
+httplib::Server::Handler wrap(HttpHandler handler) {
+  return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+    HttpResponse r = handler(req.body);
+    res.status = r.status;
+    res.set_content(r.body, r.content_type);
+  };
+}
+}  // namespace
+
+void HttpServer::get(const std::string& path, HttpHandler handler) {
+  impl_->server.Get(path, wrap(std::move(handler)));
+}
+void HttpServer::post(const std::string& path, HttpHandler handler) {
+  impl_->server.Post(path, wrap(std::move(handler)));
+}
+
+Result<int> HttpServer::start(const std::string& address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos)
+    return make_error("listen address \"" + address + "\" must be host:port, e.g. 127.0.0.1:9464");
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try {
+    port = std::stoi(address.substr(colon + 1));
+  } catch (...) {
+    return make_error("listen address \"" + address + "\" has no valid port");
+  }
+  if (port == 0) {
+    port = impl_->server.bind_to_any_port(host);
+    if (port < 0) return make_error("cannot listen on " + address);
+  } else if (!impl_->server.bind_to_port(host, port)) {
+    return make_error("cannot listen on " + address +
+                      ": the address is in use or not local (set listen in the config)");
+  }
+  impl_->thread = std::thread([this] { impl_->server.listen_after_bind(); });
+  return port;
+}
+
+void HttpServer::stop() {
+  if (impl_->thread.joinable()) {
+    impl_->server.stop();
+    impl_->thread.join();
+  }
+}
+
+}  // namespace fc::exporter
