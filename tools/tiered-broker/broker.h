@@ -1,0 +1,52 @@
+// The Kafka side of the simulator: listeners, network threads, request handlers, the remote
+// reader pool, fetch sessions and a one-broker group coordinator.
+#pragma once
+
+#include <openssl/ssl.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ledger.h"
+#include "log.h"
+
+namespace tb {
+
+struct BrokerConfig {
+  std::string listen_host = "127.0.0.1";
+  int port = 0;
+  int tls_port = -1;  // -1: no TLS listener
+  std::string tls_cert, tls_key;
+  std::string advertised_host = "127.0.0.1";
+  int network_threads = 2;
+  int handler_threads = 4;
+  int remote_reader_threads = 4;
+  bool all_remote_partitions = false;  // Kafka 4.2: every remote partition of a fetch is read
+  int remote_fetch_max_wait_ms = 500;
+  int group_join_delay_ms = 300;
+  int node_id = 1;
+};
+
+class Broker;
+struct BrokerDeleter {
+  void operator()(Broker* b) const;
+};
+using BrokerPtr = std::unique_ptr<Broker, BrokerDeleter>;
+
+// Starts every thread; stop_broker() joins them.
+BrokerPtr start_broker(BrokerConfig config, LogStore* log, Ledger* ledger,
+                                     std::string* error);
+void stop_broker(Broker* b);
+int broker_port(Broker* b);
+int broker_tls_port(Broker* b);
+nlohmann::json broker_stats(Broker* b);
+
+}  // namespace tb
