@@ -476,6 +476,7 @@ class Broker {
   std::map<std::string, Group> groups_;
   uint64_t next_member_ = 1;
 
+  std::atomic<uint64_t> api_version_counts_[19][18] = {};  // [api key][version], for /stats
   std::atomic<uint64_t> stat_requests_{0}, stat_fetches_{0}, stat_remote_reads_{0},
       stat_remote_timeouts_{0}, stat_local_bytes_{0}, stat_remote_bytes_{0};
 };
@@ -855,6 +856,8 @@ void Broker::handler_loop(int n) {
 
 void Broker::handle_guarded(Request& r) {
   stat_requests_++;
+  if (r.api_key >= 0 && r.api_key < 19 && r.api_version >= 0 && r.api_version < 18)
+    api_version_counts_[r.api_key][r.api_version]++;
   try {
     handle(r);
   } catch (const std::exception& e) {
@@ -876,13 +879,23 @@ void Broker::remote_loop(int n) {
 nlohmann::json Broker::stats() {
   size_t conns = 0;
   for (auto& n : nets_) conns += n->connection_count();
+  nlohmann::json versions = nlohmann::json::object();
+  static const char* names[19] = {"Produce", "Fetch", "ListOffsets", "Metadata", "", "", "", "",
+                                  "OffsetCommit", "OffsetFetch", "FindCoordinator", "JoinGroup",
+                                  "Heartbeat", "LeaveGroup", "SyncGroup", "", "", "",
+                                  "ApiVersions"};
+  for (int k = 0; k < 19; ++k)
+    for (int v = 0; v < 18; ++v)
+      if (uint64_t n = api_version_counts_[k][v].load())
+        versions[std::string(names[k]) + " v" + std::to_string(v)] = n;
   return {{"requests", stat_requests_.load()},
           {"fetches", stat_fetches_.load()},
           {"remote_reads", stat_remote_reads_.load()},
           {"remote_read_timeouts", stat_remote_timeouts_.load()},
           {"local_bytes", stat_local_bytes_.load()},
           {"remote_bytes", stat_remote_bytes_.load()},
-          {"connections", conns}};
+          {"connections", conns},
+          {"requests_by_api_version", versions}};
 }
 
 void Broker::handle(Request& r) {
