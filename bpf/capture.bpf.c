@@ -1,10 +1,23 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Socket capture: one event per socket send/receive of a target process.
+/* Socket and TLS capture: one ring-buffer record per socket send/receive (or TLS call) of a
+ * target process, plus a record when a connection is first seen and when it closes.
  *
- * Hooks tp_btf/sock_send_length and tp_btf/sock_recv_length (kernel >= 6.3): they fire inside
- * every socket send/receive after the data moved, with the struct sock and the byte count, and
- * never for file I/O. The syscall's buffer comes from the task's saved registers. */
+ * Two variants of the socket hooks live in this object; userspace loads exactly one
+ * (bpf_program__set_autoload(false) on the other, chosen by a feature probe):
+ *   sock_*      tp_btf/sock_send_length, tp_btf/sock_recv_length (Linux >= 6.3) and
+ *               tp_btf/inet_sock_set_state: fire inside every socket send/receive with the
+ *               struct sock, never for file I/O. The syscall's arguments come from the task's
+ *               saved registers. Identity: the socket cookie.
+ *   sc_*        tracepoint/syscalls/sys_{enter,exit}_* (Linux >= 5.8): the data calls, accept,
+ *               accept4, connect, close. The fd is resolved to its socket by CO-RE reads.
+ *               Identity: a synthetic id per (socket, accept/connect/first sighting).
+ * The TLS uprobes (tls_*) are shared; userspace attaches them per target process and library.
+ *
+ * Every program returns at once unless the current tgid is in `targets`. */
 #include "fc_kernel_types.h"
+/* fc_kernel_types.h plays vmlinux.h: bpf_tracing.h then uses the kernel's pt_regs names. */
+#define __VMLINUX_H__
+#include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
@@ -12,8 +25,22 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
+#define AF_INET 2
+#define AF_INET6 10
+#define SOCK_STREAM 1
+#define TCP_CLOSE 7
+#define MSG_PEEK 2
+#define S_IFMT 00170000
+#define S_IFSOCK 0140000
+#define PF_IO_WORKER 0x00000010
+
 /* Set by userspace before load. */
 const volatile __u32 cfg_self_tgid = 0; /* never trace fetchcostd itself */
+
+/* Written by userspace at run time (skeleton .bss). */
+__u64 policy_epoch = 0; /* bumped whenever a policy map changes: connections re-resolve */
+__u32 tls_hooks = 0;    /* number of attached TLS uprobes; 0 skips the TLS bookkeeping */
+__u64 next_conn_id = 0; /* synthetic connection ids (fallback variant) */
 
 struct ringbuf_map {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -37,11 +64,34 @@ struct {
   __type(value, struct fc_target);
 } targets SEC(".maps");
 
-/* Stream positions per (socket, direction). */
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 1024);
+  __type(key, struct fc_port_key);
+  __type(value, struct fc_policy);
+} port_policy SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 65536);
+  __type(key, __u64);
+  __type(value, struct fc_policy);
+} conn_policy SEC(".maps");
+
+/* Per connection, keyed by the struct sock address (validated by conn_id on the sock variant). */
 struct conn_state {
+  __u64 conn_id;
   __u64 pos[2];
+  __u64 policy_epoch; /* policy valid when == policy_epoch + 1 */
+  struct fc_policy policy;
+  __u32 tgid;
   __u32 generation;
-  __u32 pad;
+  __s32 fd;
+  __u16 local_port;
+  __u16 peer_port;
+  __u8 ignored; /* not an IPv4/IPv6 stream socket */
+  __u8 tls;     /* a TLS library works on this socket: raw bytes are ciphertext */
+  __u8 pad[6];
 };
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -50,6 +100,23 @@ struct {
   __type(value, struct conn_state);
 } conns SEC(".maps");
 
+/* (tgid, fd) -> the last connection seen on it, for generations. */
+struct fd_key {
+  __u32 tgid;
+  __s32 fd;
+};
+struct fd_gen {
+  __u64 conn_id;
+  __u32 generation;
+  __u32 pad;
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 65536);
+  __type(key, struct fd_key);
+  __type(value, struct fd_gen);
+} fdgens SEC(".maps");
+
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
   __uint(max_entries, FC_COUNTER_MAX);
@@ -57,33 +124,112 @@ struct {
   __type(value, __u64);
 } counters SEC(".maps");
 
-/* Scratch space to build one variable-length event without using the 512-byte stack. */
+/* Scratch space to build one variable-length event without using the 512-byte stack, one slot
+ * per CPU (a plain array: a per-CPU value may not exceed 32 KiB). The payload area is twice
+ * the cap so a masked offset plus a masked length always fits. Userspace sizes it to the CPUs. */
 struct event_buf {
-  struct fc_event hdr;
-  __u8 data[FC_MAX_CAPTURE];
+  struct fc_data_event hdr;
+  __u8 data[2 * FC_MAX_CAPTURE];
 };
 struct {
-  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 1);
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, FC_MAX_CPUS);
   __type(key, __u32);
   __type(value, struct event_buf);
 } scratch SEC(".maps");
+
+static __always_inline struct event_buf* scratch_buf(void) {
+  __u32 cpu = bpf_get_smp_processor_id();
+  return bpf_map_lookup_elem(&scratch, &cpu);
+}
+
+/* A TLS call in progress on a thread (uprobe entry -> uretprobe). */
+struct tls_call {
+  __u64 obj;      /* SSL* / gnutls_session_t */
+  __u64 buf;
+  __u64 len_ptr;  /* size_t* of SSL_read_ex/SSL_write_ex */
+  __u64 conn_key; /* socket touched by the library during this call */
+  __u8 direction;
+  __u8 ex;
+  __u8 int_ret;
+  __u8 lib;
+  __u32 pad;
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 16384);
+  __type(key, __u32);
+  __type(value, struct tls_call);
+} tls_calls SEC(".maps");
+
+/* A TLS session: its socket and its plaintext stream positions. */
+struct tls_key {
+  __u64 obj;
+  __u32 tgid;
+  __u32 pad;
+};
+struct tls_state {
+  __u64 conn_key;
+  __u64 pos[2];
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 65536);
+  __type(key, struct tls_key);
+  __type(value, struct tls_state);
+} tls_sessions SEC(".maps");
+
+/* Syscall arguments saved at sys_enter for sys_exit (fallback variant), keyed by tid. */
+struct sc_args {
+  __u64 nr;
+  __u64 args[4];
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 16384);
+  __type(key, __u32);
+  __type(value, struct sc_args);
+} sc_inflight SEC(".maps");
 
 static __always_inline void count(__u32 which) {
   __u64* c = bpf_map_lookup_elem(&counters, &which);
   if (c) *c += 1;
 }
 
-/* x86-64 syscall numbers of the calls whose buffer argument we can read directly. */
+static __always_inline int submit(void* data, __u64 size) {
+  __u32 cpu = bpf_get_smp_processor_id();
+  void* rb = bpf_map_lookup_elem(&ringbufs, &cpu);
+  if (!rb || bpf_ringbuf_output(rb, data, size, 0) != 0) {
+    count(FC_COUNTER_DROPS);
+    return -1;
+  }
+  count(FC_COUNTER_EVENTS);
+  return 0;
+}
+
+static __always_inline struct fc_target* target_of(__u32 tgid) {
+  if (tgid == cfg_self_tgid) return 0;
+  return bpf_map_lookup_elem(&targets, &tgid);
+}
+
+/* x86-64 syscall numbers. */
 #define NR_read 0
 #define NR_write 1
+#define NR_close 3
+#define NR_readv 19
+#define NR_writev 20
+#define NR_sendfile 40
+#define NR_connect 42
+#define NR_accept 43
 #define NR_sendto 44
 #define NR_recvfrom 45
 #define NR_sendmsg 46
 #define NR_recvmsg 47
-#define NR_readv 19
-#define NR_writev 20
-#define NR_sendfile 40
+#define NR_splice 275
+#define NR_accept4 288
+#define NR_recvmmsg 299
+#define NR_sendmmsg 307
+#define NR_io_uring_enter 426
 
 static __always_inline __u8 source_of(long nr) {
   switch (nr) {
@@ -96,78 +242,571 @@ static __always_inline __u8 source_of(long nr) {
     case NR_sendmsg: return FC_SRC_SENDMSG;
     case NR_recvmsg: return FC_SRC_RECVMSG;
     case NR_sendfile: return FC_SRC_SENDFILE;
+    case NR_recvmmsg: return FC_SRC_RECVMMSG;
+    case NR_sendmmsg: return FC_SRC_SENDMMSG;
+    case NR_splice: return FC_SRC_SPLICE;
+    case NR_io_uring_enter: return FC_SRC_IO_URING;
     default: return FC_SRC_UNKNOWN;
   }
 }
 
-static __always_inline int on_socket_io(struct sock* sk, int ret, __u8 direction) {
-  if (ret <= 0) return 0;
-  __u64 pid_tgid = bpf_get_current_pid_tgid();
-  __u32 tgid = pid_tgid >> 32;
-  struct fc_target* target = bpf_map_lookup_elem(&targets, &tgid);
-  if (!target || tgid == cfg_self_tgid) return 0;
+static __always_inline void fill_common(struct fc_event_common* c, __u16 kind, __u64 pid_tgid) {
+  c->timestamp_ns = bpf_ktime_get_ns();
+  c->tgid = pid_tgid >> 32;
+  c->tid = (__u32)pid_tgid;
+  c->kind = kind;
+  bpf_get_current_comm(c->comm, sizeof(c->comm));
+}
 
-  __u64 conn_id = (__u64)sk;
-  struct conn_state* st = bpf_map_lookup_elem(&conns, &conn_id);
-  if (!st) {
-    struct conn_state fresh = {};
-    bpf_map_update_elem(&conns, &conn_id, &fresh, BPF_NOEXIST);
-    st = bpf_map_lookup_elem(&conns, &conn_id);
-    if (!st) return 0;
+static __always_inline void resolve_policy(struct conn_state* st, const struct fc_target* t) {
+  __u64 epoch = policy_epoch;
+  if (st->policy_epoch == epoch + 1) return;
+  struct fc_policy* p = bpf_map_lookup_elem(&conn_policy, &st->conn_id);
+  if (!p) {
+    struct fc_port_key k = {.port = st->local_port, .side = 0};
+    p = bpf_map_lookup_elem(&port_policy, &k);
   }
-  __u64 pos = __sync_fetch_and_add(&st->pos[direction & 1], (__u64)ret);
-
-  __u32 zero = 0;
-  struct event_buf* ev = bpf_map_lookup_elem(&scratch, &zero);
-  if (!ev) return 0;
-  struct task_struct* task = bpf_get_current_task_btf();
-  struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(task);
-  long nr = BPF_CORE_READ(regs, orig_ax);
-
-  ev->hdr.timestamp_ns = bpf_ktime_get_ns();
-  ev->hdr.conn_id = conn_id;
-  ev->hdr.stream_pos = pos;
-  ev->hdr.tgid = tgid;
-  ev->hdr.tid = (__u32)pid_tgid;
-  ev->hdr.length = (__u32)ret;
-  ev->hdr.generation = st->generation;
-  ev->hdr.kind = FC_EVENT_DATA;
-  ev->hdr.direction = direction;
-  ev->hdr.source = source_of(nr);
-  ev->hdr.fd = (__s32)BPF_CORE_READ(regs, di);
-  bpf_get_current_comm(ev->hdr.comm, sizeof(ev->hdr.comm));
-
-  __u32 want = 0;
-  __u8 src = ev->hdr.source;
-  if (src == FC_SRC_READ || src == FC_SRC_WRITE || src == FC_SRC_SENDTO || src == FC_SRC_RECVFROM) {
-    want = (__u32)ret;
-    if (want > target->capture_bytes) want = target->capture_bytes;
-    if (want > FC_MAX_CAPTURE) want = FC_MAX_CAPTURE;
-    const void* buf = (const void*)BPF_CORE_READ(regs, si);
-    if (want && bpf_probe_read_user(ev->data, want & FC_CAPTURE_MASK, buf) != 0) {
-      count(FC_COUNTER_COPY_FAULTS);
-      want = 0;
-    }
+  if (!p) {
+    struct fc_port_key k = {.port = st->peer_port, .side = 1};
+    p = bpf_map_lookup_elem(&port_policy, &k);
   }
-  ev->hdr.captured = want;
+  st->policy = p ? *p : t->default_policy;
+  st->policy_epoch = epoch + 1;
+}
 
-  __u32 cpu = bpf_get_smp_processor_id();
-  void* rb = bpf_map_lookup_elem(&ringbufs, &cpu);
-  __u64 size = sizeof(struct fc_event) + (want & FC_CAPTURE_MASK);
-  if (!rb || size > sizeof(*ev) || bpf_ringbuf_output(rb, ev, size, 0) != 0) {
-    count(FC_COUNTER_DROPS);
+static __always_inline __u32 next_generation(__u32 tgid, __s32 fd, __u64 conn_id) {
+  if (fd < 0) return 0;
+  struct fd_key k = {.tgid = tgid, .fd = fd};
+  struct fd_gen* g = bpf_map_lookup_elem(&fdgens, &k);
+  struct fd_gen fresh = {.conn_id = conn_id, .generation = 1};
+  if (g) {
+    if (g->conn_id == conn_id) return g->generation;
+    fresh.generation = g->generation + 1;
+  }
+  bpf_map_update_elem(&fdgens, &k, &fresh, BPF_ANY);
+  return fresh.generation;
+}
+
+/* Creates the state of a connection seen for the first time and reports it. `sk` may be an
+ * untrusted pointer: every read is a CO-RE probe read. Returns 0 for sockets we do not track. */
+static __always_inline struct conn_state* new_conn(__u64 key, struct sock* sk, __u64 conn_id,
+                                                   __s32 fd, __u8 origin, __u64 pid_tgid) {
+  struct conn_state st = {};
+  st.conn_id = conn_id;
+  st.tgid = pid_tgid >> 32;
+  st.fd = fd;
+  __u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+  __u16 type = BPF_CORE_READ(sk, sk_type);
+  if ((family != AF_INET && family != AF_INET6) || type != SOCK_STREAM) {
+    st.ignored = 1;
+    bpf_map_update_elem(&conns, &key, &st, BPF_ANY);
     return 0;
   }
-  count(FC_COUNTER_EVENTS);
+  st.generation = next_generation(st.tgid, fd, conn_id);
+  st.local_port = BPF_CORE_READ(sk, __sk_common.skc_num);
+  st.peer_port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+  bpf_map_update_elem(&conns, &key, &st, BPF_ANY);
+
+  struct fc_conn_event ev = {};
+  fill_common(&ev.c, FC_EVENT_CONNECT, pid_tgid);
+  ev.c.conn_id = conn_id;
+  ev.c.generation = st.generation;
+  ev.c.fd = fd;
+  ev.family = family;
+  ev.local_port = st.local_port;
+  ev.peer_port = st.peer_port;
+  ev.origin = origin;
+  if (family == AF_INET) {
+    BPF_CORE_READ_INTO(ev.local_addr, sk, __sk_common.skc_rcv_saddr);
+    BPF_CORE_READ_INTO(ev.peer_addr, sk, __sk_common.skc_daddr);
+  } else {
+    BPF_CORE_READ_INTO(ev.local_addr, sk, __sk_common.skc_v6_rcv_saddr);
+    BPF_CORE_READ_INTO(ev.peer_addr, sk, __sk_common.skc_v6_daddr);
+  }
+  struct conn_state* live = bpf_map_lookup_elem(&conns, &key);
+  if (live) {
+    struct fc_target* t = bpf_map_lookup_elem(&targets, &st.tgid);
+    if (t) resolve_policy(live, t);
+    ev.c.role = live->policy.role;
+  }
+  count(FC_COUNTER_CONN_EVENTS);
+  submit(&ev, sizeof(ev));
+  return live;
+}
+
+static __always_inline void emit_close(struct conn_state* st, __u64 pid_tgid) {
+  struct fc_conn_event ev = {};
+  fill_common(&ev.c, FC_EVENT_CLOSE, pid_tgid);
+  if (ev.c.tgid != st->tgid) { /* closed from softirq or a timer: not the owner's thread */
+    ev.c.tgid = st->tgid;
+    ev.c.tid = 0;
+    __builtin_memset(ev.c.comm, 0, sizeof(ev.c.comm));
+  }
+  ev.c.conn_id = st->conn_id;
+  ev.c.generation = st->generation;
+  ev.c.fd = st->fd;
+  ev.c.role = st->policy.role;
+  ev.bytes[0] = st->pos[0];
+  ev.bytes[1] = st->pos[1];
+  ev.local_port = st->local_port;
+  ev.peer_port = st->peer_port;
+  count(FC_COUNTER_CONN_EVENTS);
+  submit(&ev, sizeof(ev));
+}
+
+/* Copies up to `want` bytes from user `src` into the payload and records the segment. */
+static __always_inline void add_segment(struct event_buf* ev, __u32 offset, __u32 want,
+                                        __u64 src) {
+  __u32 n = ev->hdr.nsegs;
+  __u32 at = ev->hdr.captured;
+  if (n >= FC_MAX_SEGMENTS || want == 0) return;
+  if (at + want > FC_MAX_CAPTURE) want = FC_MAX_CAPTURE - at;
+  if (want == 0 || want > FC_MAX_CAPTURE) return;
+  if (bpf_probe_read_user(ev->data + (at & FC_CAPTURE_MASK), want & FC_CAPTURE_MASK,
+                          (const void*)src) != 0) {
+    count(FC_COUNTER_COPY_FAULTS);
+    ev->hdr.c.flags |= FC_FLAG_COPY_FAULT;
+    return;
+  }
+  ev->hdr.segs[n & (FC_MAX_SEGMENTS - 1)].offset = offset;
+  ev->hdr.segs[n & (FC_MAX_SEGMENTS - 1)].length = want;
+  ev->hdr.nsegs = n + 1;
+  ev->hdr.captured = at + want;
+}
+
+static __always_inline __u32 min_u32(__u32 a, __u32 b) { return a < b ? a : b; }
+
+/* Walks a user iovec array: each iovec contributes a prefix of the bytes the call actually
+ * moved through it, up to the per-iovec cap, until the per-call cap is reached. */
+static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u64 iovcnt,
+                                        __u32 ret, const struct fc_policy* pol) {
+  __u32 off = 0;
+  __u32 call_cap = min_u32(pol->bytes_per_call, FC_MAX_CAPTURE);
+  __u32 iov_cap = pol->bytes_per_iovec;
+  int i;
+#pragma unroll
+  for (i = 0; i < FC_MAX_SEGMENTS; i++) {
+    if (i >= iovcnt || off >= ret) break;
+    struct fc_user_iovec iov;
+    if (bpf_probe_read_user(&iov, sizeof(iov), (const void*)(iov_ptr + i * sizeof(iov))) != 0) {
+      count(FC_COUNTER_COPY_FAULTS);
+      ev->hdr.c.flags |= FC_FLAG_COPY_FAULT;
+      return;
+    }
+    __u32 seg = iov.iov_len < (__u64)(ret - off) ? (__u32)iov.iov_len : ret - off;
+    __u32 room = call_cap > ev->hdr.captured ? call_cap - ev->hdr.captured : 0;
+    __u32 want = min_u32(min_u32(seg, iov_cap), room);
+    add_segment(ev, off, want, iov.iov_base);
+    off += seg;
+  }
+  if (off < ret && i >= FC_MAX_SEGMENTS) ev->hdr.c.flags |= FC_FLAG_TRUNCATED_SEGS;
+}
+
+/* One data event for a target's socket call. a0..a3 are the syscall's arguments (fd, buffer,
+ * count/iovcnt, flags) when `src` names a syscall, else ignored. */
+static __always_inline void emit_data(struct conn_state* st, const struct fc_target* t,
+                                      __u64 pid_tgid, __u64 conn_key, __u8 src, __u64 buf,
+                                      __u64 cnt, __u32 ret, __u8 direction) {
+  __u64 pos = __sync_fetch_and_add(&st->pos[direction & 1], (__u64)ret);
+  resolve_policy(st, t);
+
+  /* A TLS library call in progress on this thread owns this socket. */
+  if (tls_hooks) {
+    __u32 tid = (__u32)pid_tgid;
+    struct tls_call* call = bpf_map_lookup_elem(&tls_calls, &tid);
+    if (call) {
+      call->conn_key = conn_key;
+      st->tls = 1;
+    }
+  }
+
+  struct event_buf* ev = scratch_buf();
+  if (!ev) return;
+  fill_common(&ev->hdr.c, FC_EVENT_DATA, pid_tgid);
+  ev->hdr.c.conn_id = st->conn_id;
+  ev->hdr.c.generation = st->generation;
+  ev->hdr.c.fd = st->fd;
+  ev->hdr.c.role = st->policy.role;
+  ev->hdr.c.flags = 0;
+  ev->hdr.c.reserved = 0;
+  ev->hdr.stream_pos = pos;
+  ev->hdr.tls_obj = 0;
+  ev->hdr.length = ret;
+  ev->hdr.captured = 0;
+  ev->hdr.direction = direction;
+  ev->hdr.source = src;
+  ev->hdr.nsegs = 0;
+  ev->hdr.tls_lib = 0;
+  ev->hdr.reserved = 0;
+
+  if (st->tls) {
+    ev->hdr.c.flags |= FC_FLAG_TLS_CIPHERTEXT;
+  } else if (st->policy.role != FC_ROLE_IGNORE && st->policy.bytes_per_call > 0) {
+    const struct fc_policy* pol = &st->policy;
+    switch (src) {
+      case FC_SRC_READ:
+      case FC_SRC_WRITE:
+      case FC_SRC_SENDTO:
+      case FC_SRC_RECVFROM:
+        add_segment(ev, 0, min_u32(ret, pol->bytes_per_call), buf);
+        break;
+      case FC_SRC_READV:
+      case FC_SRC_WRITEV:
+        copy_iovecs(ev, buf, cnt, ret, pol);
+        break;
+      case FC_SRC_SENDMSG:
+      case FC_SRC_RECVMSG: {
+        struct fc_user_msghdr msg;
+        if (bpf_probe_read_user(&msg, sizeof(msg), (const void*)buf) == 0) {
+          copy_iovecs(ev, msg.msg_iov, msg.msg_iovlen, ret, pol);
+        } else {
+          count(FC_COUNTER_COPY_FAULTS);
+          ev->hdr.c.flags |= FC_FLAG_COPY_FAULT;
+        }
+        break;
+      }
+      default:
+        break; /* sendfile, splice, mmsg, io_uring: length only */
+    }
+  }
+  __u64 size = sizeof(struct fc_data_event) + (ev->hdr.captured & FC_CAPTURE_MASK);
+  if (size > sizeof(*ev)) return;
+  submit(ev, size);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Variant 1: sock tracepoints (tp_btf).                                                      */
+
+static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 direction) {
+  if (ret <= 0) return 0;
+  __u64 pid_tgid = bpf_get_current_pid_tgid();
+  struct fc_target* t = target_of(pid_tgid >> 32);
+  if (!t) return 0;
+  if (direction == FC_DIR_RECV && (flags & MSG_PEEK)) return 0; /* not consumed */
+
+  struct task_struct* task = bpf_get_current_task_btf();
+  struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(task);
+  __u8 src = FC_SRC_IO_URING;
+  long nr = -1;
+  if (!(BPF_CORE_READ(task, flags) & PF_IO_WORKER)) {
+    nr = BPF_CORE_READ(regs, orig_ax);
+    src = source_of(nr);
+  }
+  __s32 fd = -1;
+  if (src != FC_SRC_UNKNOWN && src != FC_SRC_IO_URING) fd = (__s32)BPF_CORE_READ(regs, di);
+
+  __u64 key = (__u64)sk;
+  __u64 cookie = bpf_get_socket_cookie(sk);
+  struct conn_state* st = bpf_map_lookup_elem(&conns, &key);
+  if (!st || st->conn_id != cookie) {
+    st = new_conn(key, sk, cookie, fd, FC_ORIGIN_FIRST_DATA, pid_tgid);
+    if (!st) return 0;
+  } else if (st->ignored) {
+    return 0;
+  }
+  emit_data(st, t, pid_tgid, key, src, BPF_CORE_READ(regs, si), BPF_CORE_READ(regs, dx),
+            (__u32)ret, direction);
   return 0;
 }
 
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(sock_send_length, struct sock* sk, int ret, int flags) {
-  return on_socket_io(sk, ret, FC_DIR_SEND);
+  return on_sock_io(sk, ret, flags, FC_DIR_SEND);
 }
 
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(sock_recv_length, struct sock* sk, int ret, int flags) {
-  return on_socket_io(sk, ret, FC_DIR_RECV);
+  return on_sock_io(sk, ret, flags, FC_DIR_RECV);
+}
+
+/* A tracked socket reaching TCP_CLOSE is gone (after close(), a reset, or TIME_WAIT). */
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(sock_set_state, struct sock* sk, int oldstate, int newstate) {
+  if (newstate != TCP_CLOSE) return 0;
+  __u64 key = (__u64)sk;
+  struct conn_state* st = bpf_map_lookup_elem(&conns, &key);
+  if (!st) return 0;
+  if (!st->ignored && st->conn_id == bpf_get_socket_cookie(sk))
+    emit_close(st, bpf_get_current_pid_tgid());
+  bpf_map_delete_elem(&conns, &key);
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Variant 2: syscall tracepoints.                                                           */
+
+static __always_inline struct sock* sock_of_fd(__s32 fd) {
+  if (fd < 0) return 0;
+  struct task_struct* task = (struct task_struct*)bpf_get_current_task();
+  struct fdtable* fdt = BPF_CORE_READ(task, files, fdt);
+  if (!fdt) return 0;
+  if ((__u32)fd >= BPF_CORE_READ(fdt, max_fds)) return 0;
+  struct file** fds = BPF_CORE_READ(fdt, fd);
+  struct file* f = 0;
+  if (bpf_core_read(&f, sizeof(f), &fds[fd]) != 0 || !f) return 0;
+  unsigned short mode = BPF_CORE_READ(f, f_inode, i_mode);
+  if ((mode & S_IFMT) != S_IFSOCK) return 0;
+  struct socket* so = BPF_CORE_READ(f, private_data);
+  if (!so) return 0;
+  return BPF_CORE_READ(so, sk);
+}
+
+static __always_inline __u64 synthetic_conn_id(void) {
+  return FC_CONN_ID_SYNTHETIC | (__sync_fetch_and_add(&next_conn_id, 1) + 1);
+}
+
+static __always_inline int sc_enter(struct trace_event_raw_sys_enter* ctx) {
+  __u64 pid_tgid = bpf_get_current_pid_tgid();
+  if (!target_of(pid_tgid >> 32)) return 0;
+  struct sc_args a = {};
+  a.nr = BPF_CORE_READ(ctx, id);
+  a.args[0] = BPF_CORE_READ(ctx, args[0]);
+  a.args[1] = BPF_CORE_READ(ctx, args[1]);
+  a.args[2] = BPF_CORE_READ(ctx, args[2]);
+  a.args[3] = BPF_CORE_READ(ctx, args[3]);
+  __u32 tid = (__u32)pid_tgid;
+  if (a.nr == NR_close) { /* nothing to wait for: report and forget the connection now */
+    struct sock* sk = sock_of_fd((__s32)a.args[0]);
+    if (!sk) return 0;
+    __u64 key = (__u64)sk;
+    struct conn_state* st = bpf_map_lookup_elem(&conns, &key);
+    if (!st) return 0;
+    if (!st->ignored) emit_close(st, pid_tgid);
+    bpf_map_delete_elem(&conns, &key);
+    return 0;
+  }
+  bpf_map_update_elem(&sc_inflight, &tid, &a, BPF_ANY);
+  return 0;
+}
+
+static __always_inline __u32 mmsg_total(__u64 vec, long n) {
+  __u32 total = 0;
+#pragma unroll
+  for (int i = 0; i < FC_MAX_SEGMENTS; i++) {
+    if (i >= n) break;
+    __u32 len = 0;
+    bpf_probe_read_user(&len, sizeof(len),
+                        (const void*)(vec + i * sizeof(struct fc_user_mmsghdr) +
+                                      __builtin_offsetof(struct fc_user_mmsghdr, msg_len)));
+    total += len;
+  }
+  return total;
+}
+
+static __always_inline int sc_exit(struct trace_event_raw_sys_exit* ctx) {
+  __u64 pid_tgid = bpf_get_current_pid_tgid();
+  struct fc_target* t = target_of(pid_tgid >> 32);
+  if (!t) return 0;
+  __u32 tid = (__u32)pid_tgid;
+  struct sc_args* ap = bpf_map_lookup_elem(&sc_inflight, &tid);
+  if (!ap) return 0;
+  struct sc_args a = *ap;
+  bpf_map_delete_elem(&sc_inflight, &tid);
+  long ret = BPF_CORE_READ(ctx, ret);
+
+  if (a.nr == NR_accept || a.nr == NR_accept4 || a.nr == NR_connect) {
+    if (a.nr == NR_connect && ret != 0 && ret != -115 /* EINPROGRESS */) return 0;
+    if (a.nr != NR_connect && ret < 0) return 0;
+    __s32 fd = a.nr == NR_connect ? (__s32)a.args[0] : (__s32)ret;
+    struct sock* sk = sock_of_fd(fd);
+    if (!sk) return 0;
+    __u64 key = (__u64)sk;
+    bpf_map_delete_elem(&conns, &key);
+    new_conn(key, sk, synthetic_conn_id(), fd,
+             a.nr == NR_connect ? FC_ORIGIN_CONNECT : FC_ORIGIN_ACCEPT, pid_tgid);
+    return 0;
+  }
+
+  if (ret <= 0) return 0;
+  __u8 src = source_of(a.nr);
+  __u8 direction = FC_DIR_RECV;
+  switch (src) {
+    case FC_SRC_WRITE:
+    case FC_SRC_WRITEV:
+    case FC_SRC_SENDTO:
+    case FC_SRC_SENDMSG:
+    case FC_SRC_SENDFILE:
+    case FC_SRC_SENDMMSG:
+      direction = FC_DIR_SEND;
+      break;
+    case FC_SRC_RECVFROM:
+      if (a.args[3] & MSG_PEEK) return 0;
+      break;
+    case FC_SRC_RECVMSG:
+      if (a.args[2] & MSG_PEEK) return 0;
+      break;
+    default:
+      break;
+  }
+  __s32 fd = (__s32)a.args[0];
+  struct sock* sk = sock_of_fd(fd);
+  if (!sk) return 0; /* file I/O: never captured */
+  __u64 key = (__u64)sk;
+  struct conn_state* st = bpf_map_lookup_elem(&conns, &key);
+  if (!st) {
+    st = new_conn(key, sk, synthetic_conn_id(), fd, FC_ORIGIN_FIRST_DATA, pid_tgid);
+    if (!st) return 0;
+  } else if (st->ignored) {
+    return 0;
+  }
+  __u32 len = (__u32)ret;
+  if (src == FC_SRC_RECVMMSG || src == FC_SRC_SENDMMSG) len = mmsg_total(a.args[1], ret);
+  if (len == 0) return 0;
+  emit_data(st, t, pid_tgid, key, src, a.args[1], a.args[2], len, direction);
+  return 0;
+}
+
+#define SC_PAIR(name)                                                     \
+  SEC("tracepoint/syscalls/sys_enter_" #name)                             \
+  int sc_enter_##name(struct trace_event_raw_sys_enter* ctx) {            \
+    return sc_enter(ctx);                                                 \
+  }                                                                       \
+  SEC("tracepoint/syscalls/sys_exit_" #name)                              \
+  int sc_exit_##name(struct trace_event_raw_sys_exit* ctx) {              \
+    return sc_exit(ctx);                                                  \
+  }
+
+SC_PAIR(read)
+SC_PAIR(readv)
+SC_PAIR(recvfrom)
+SC_PAIR(recvmsg)
+SC_PAIR(recvmmsg)
+SC_PAIR(write)
+SC_PAIR(writev)
+SC_PAIR(sendto)
+SC_PAIR(sendmsg)
+SC_PAIR(sendmmsg)
+SC_PAIR(sendfile64)
+SC_PAIR(accept)
+SC_PAIR(accept4)
+SC_PAIR(connect)
+
+SEC("tracepoint/syscalls/sys_enter_close")
+int sc_enter_close(struct trace_event_raw_sys_enter* ctx) { return sc_enter(ctx); }
+
+/* ---------------------------------------------------------------------------------------- */
+/* TLS uprobes (both variants). Attached per target process and library by userspace.        */
+
+static __always_inline int tls_enter(__u64 obj, __u64 buf, __u64 len_ptr, __u8 direction,
+                                     __u8 ex, __u8 int_ret, __u8 lib) {
+  __u64 pid_tgid = bpf_get_current_pid_tgid();
+  if (!target_of(pid_tgid >> 32)) return 0;
+  __u32 tid = (__u32)pid_tgid;
+  struct tls_call call = {.obj = obj,
+                          .buf = buf,
+                          .len_ptr = len_ptr,
+                          .direction = direction,
+                          .ex = ex,
+                          .int_ret = int_ret,
+                          .lib = lib};
+  /* BPF_NOEXIST: an outer call (e.g. a wrapper calling SSL_write) keeps ownership. */
+  bpf_map_update_elem(&tls_calls, &tid, &call, BPF_NOEXIST);
+  return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(tls_ossl_read, void* ssl, void* buf, int num) {
+  return tls_enter((__u64)ssl, (__u64)buf, 0, FC_DIR_RECV, 0, 1, FC_TLS_OPENSSL);
+}
+SEC("uprobe")
+int BPF_KPROBE(tls_ossl_write, void* ssl, void* buf, int num) {
+  return tls_enter((__u64)ssl, (__u64)buf, 0, FC_DIR_SEND, 0, 1, FC_TLS_OPENSSL);
+}
+SEC("uprobe")
+int BPF_KPROBE(tls_ossl_read_ex, void* ssl, void* buf, __u64 num, void* readbytes) {
+  return tls_enter((__u64)ssl, (__u64)buf, (__u64)readbytes, FC_DIR_RECV, 1, 1, FC_TLS_OPENSSL);
+}
+SEC("uprobe")
+int BPF_KPROBE(tls_ossl_write_ex, void* ssl, void* buf, __u64 num, void* written) {
+  return tls_enter((__u64)ssl, (__u64)buf, (__u64)written, FC_DIR_SEND, 1, 1, FC_TLS_OPENSSL);
+}
+SEC("uprobe")
+int BPF_KPROBE(tls_gnutls_recv, void* session, void* buf, __u64 size) {
+  return tls_enter((__u64)session, (__u64)buf, 0, FC_DIR_RECV, 0, 0, FC_TLS_GNUTLS);
+}
+SEC("uprobe")
+int BPF_KPROBE(tls_gnutls_send, void* session, void* buf, __u64 size) {
+  return tls_enter((__u64)session, (__u64)buf, 0, FC_DIR_SEND, 0, 0, FC_TLS_GNUTLS);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(tls_exit, long rc) {
+  __u64 pid_tgid = bpf_get_current_pid_tgid();
+  struct fc_target* t = target_of(pid_tgid >> 32);
+  if (!t) return 0;
+  __u32 tid = (__u32)pid_tgid;
+  struct tls_call* cp = bpf_map_lookup_elem(&tls_calls, &tid);
+  if (!cp) return 0;
+  struct tls_call call = *cp;
+  bpf_map_delete_elem(&tls_calls, &tid);
+
+  __u64 n = 0;
+  if (call.ex) {
+    if ((int)rc != 1) return 0;
+    if (bpf_probe_read_user(&n, sizeof(n), (const void*)call.len_ptr) != 0) return 0;
+  } else {
+    long r = call.int_ret ? (long)(int)rc : rc;
+    if (r <= 0) return 0;
+    n = (__u64)r;
+  }
+  if (n == 0 || n > 0xffffffffULL) return 0;
+
+  struct tls_key tk = {.obj = call.obj, .tgid = pid_tgid >> 32};
+  struct tls_state* ts = bpf_map_lookup_elem(&tls_sessions, &tk);
+  if (!ts || (call.conn_key && ts->conn_key != call.conn_key)) {
+    struct tls_state fresh = {.conn_key = call.conn_key};
+    if (ts && !ts->conn_key) { /* bound late: keep the positions counted so far */
+      fresh.pos[0] = ts->pos[0];
+      fresh.pos[1] = ts->pos[1];
+    }
+    bpf_map_update_elem(&tls_sessions, &tk, &fresh, BPF_ANY);
+    ts = bpf_map_lookup_elem(&tls_sessions, &tk);
+    if (!ts) return 0;
+  }
+  __u8 dir = call.direction & 1;
+  __u64 pos = __sync_fetch_and_add(&ts->pos[dir], n);
+
+  struct conn_state* st = 0;
+  if (ts->conn_key) {
+    __u64 key = ts->conn_key;
+    st = bpf_map_lookup_elem(&conns, &key);
+    if (st && st->ignored) st = 0;
+  }
+
+  struct event_buf* ev = scratch_buf();
+  if (!ev) return 0;
+  fill_common(&ev->hdr.c, FC_EVENT_TLS_DATA, pid_tgid);
+  ev->hdr.c.reserved = 0;
+  ev->hdr.stream_pos = pos;
+  ev->hdr.tls_obj = call.obj;
+  ev->hdr.length = (__u32)n;
+  ev->hdr.captured = 0;
+  ev->hdr.direction = dir;
+  ev->hdr.source = FC_SRC_TLS;
+  ev->hdr.nsegs = 0;
+  ev->hdr.tls_lib = call.lib;
+  ev->hdr.reserved = 0;
+  struct fc_policy pol = t->default_policy;
+  if (st) {
+    st->tls = 1;
+    resolve_policy(st, t);
+    pol = st->policy;
+    ev->hdr.c.conn_id = st->conn_id;
+    ev->hdr.c.generation = st->generation;
+    ev->hdr.c.fd = st->fd;
+    ev->hdr.c.flags = 0;
+  } else {
+    ev->hdr.c.conn_id = 0;
+    ev->hdr.c.generation = 0;
+    ev->hdr.c.fd = -1;
+    ev->hdr.c.flags = FC_FLAG_TLS_UNBOUND;
+  }
+  ev->hdr.c.role = pol.role;
+  if (pol.role != FC_ROLE_IGNORE)
+    add_segment(ev, 0, min_u32((__u32)n, pol.bytes_per_call), call.buf);
+  count(FC_COUNTER_TLS_EVENTS);
+  __u64 size = sizeof(struct fc_data_event) + (ev->hdr.captured & FC_CAPTURE_MASK);
+  if (size > sizeof(*ev)) return 0;
+  submit(ev, size);
+  return 0;
 }

@@ -1,7 +1,16 @@
 /* The one header for everything that crosses the BPF/userspace boundary: event layouts,
- * map value layouts and constants. Included by the bpf/ programs (C, -target bpf) and by
+ * map key/value layouts and constants. Included by the bpf/ programs (C, -target bpf) and by
  * userspace/capture (C++). Sizes are pinned with static asserts on both sides so a change
- * that would silently misparse the ring buffer fails the build instead. */
+ * that would silently misparse the ring buffer fails the build instead.
+ *
+ * Ring buffer records (one per CPU ring, drained together by userspace):
+ *   FC_EVENT_DATA / FC_EVENT_TLS_DATA  struct fc_data_event, then `captured` payload bytes: the
+ *        concatenation of segs[0..nsegs). Segment i covers call bytes
+ *        [segs[i].offset, segs[i].offset + segs[i].length), i.e. stream bytes
+ *        [stream_pos + offset, ...). Every other byte of [stream_pos, stream_pos + length) is a
+ *        hole (not captured) — exact, never guessed.
+ *   FC_EVENT_CONNECT / FC_EVENT_CLOSE  struct fc_conn_event (no payload).
+ * Both start with struct fc_event_common; dispatch on common.kind. */
 #ifndef FETCHCOST_ABI_H
 #define FETCHCOST_ABI_H
 
@@ -23,17 +32,22 @@ typedef __s32 fc_s32;
 #endif
 
 #define FC_COMM_LEN 16
-/* Upper bound for the per-CPU ring buffer array; userspace sizes it to the online CPUs. */
+/* Upper bound for the per-CPU ring buffer array; userspace sizes it to the possible CPUs. */
 #define FC_MAX_CPUS 1024
 /* Largest payload one event carries; also the mask that bounds copies for the verifier. */
 #define FC_MAX_CAPTURE 16384
 #define FC_CAPTURE_MASK (FC_MAX_CAPTURE - 1)
+/* At most this many captured ranges per call: iovecs beyond it become holes. */
+#define FC_MAX_SEGMENTS 8
+/* Synthetic connection ids (syscall-tracepoint variant) have this bit set; socket cookies
+ * (sock-tracepoint variant) never reach it. */
+#define FC_CONN_ID_SYNTHETIC (1ULL << 63)
 
 enum fc_event_kind {
-  FC_EVENT_DATA = 1,      /* bytes moved on a socket (payload prefix follows the header) */
-  FC_EVENT_CONNECT = 2,   /* a connection seen for the first time (addresses filled in) */
-  FC_EVENT_CLOSE = 3,     /* a connection closed */
-  FC_EVENT_TLS_DATA = 4,  /* plaintext from a TLS library uprobe */
+  FC_EVENT_DATA = 1,     /* bytes moved on a socket (segments + payload follow) */
+  FC_EVENT_CONNECT = 2,  /* a connection seen for the first time (addresses filled in) */
+  FC_EVENT_CLOSE = 3,    /* a connection closed (or was found dead) */
+  FC_EVENT_TLS_DATA = 4, /* plaintext from a TLS library uprobe; stands in for the ciphertext */
 };
 
 enum fc_direction {
@@ -42,7 +56,7 @@ enum fc_direction {
 };
 
 enum fc_source {
-  FC_SRC_UNKNOWN = 0,
+  FC_SRC_UNKNOWN = 0, /* a socket call through a path without usable registers: length only */
   FC_SRC_READ = 1,
   FC_SRC_READV = 2,
   FC_SRC_RECVFROM = 3,
@@ -51,48 +65,128 @@ enum fc_source {
   FC_SRC_WRITEV = 6,
   FC_SRC_SENDTO = 7,
   FC_SRC_SENDMSG = 8,
-  FC_SRC_SENDFILE = 9, /* length only: the payload comes from a file and is never copied */
+  FC_SRC_SENDFILE = 9,  /* length only: the payload comes from a file and is never copied */
   FC_SRC_IO_URING = 10, /* no syscall registers: length only */
-  FC_SRC_TLS = 11,
+  FC_SRC_TLS = 11,      /* FC_EVENT_TLS_DATA; tls_lib says which library */
+  FC_SRC_RECVMMSG = 12, /* length only (one event per message) */
+  FC_SRC_SENDMMSG = 13, /* length only (one event per message) */
+  FC_SRC_SPLICE = 14,   /* length only */
 };
 
-/* Every ring buffer record starts with this header; `captured` payload bytes follow it.
- * `length - captured` bytes at stream position `stream_pos + captured` are a hole. */
-struct fc_event {
-  fc_u64 timestamp_ns; /* bpf_ktime_get_ns() */
-  fc_u64 conn_id;      /* kernel socket identity (struct sock address) */
-  fc_u64 stream_pos;   /* offset of the first byte of this call in its direction's stream */
+/* Connection roles: userspace decides (by port or per connection) and sets the caps. */
+enum fc_role {
+  FC_ROLE_OTHER = 0,
+  FC_ROLE_KAFKA_CLIENT = 1, /* a Kafka client's connection to the broker */
+  FC_ROLE_OBJECT_STORE = 2, /* the broker's connection to S3/GCS/Azure */
+  FC_ROLE_IGNORE = 3,       /* counted, never captured */
+};
+
+/* fc_event_common.flags */
+enum fc_event_flags {
+  FC_FLAG_TLS_CIPHERTEXT = 1 << 0, /* raw bytes of a connection whose TLS plaintext is seen:
+                                      length only; consumers use the TLS_DATA events instead */
+  FC_FLAG_TRUNCATED_SEGS = 1 << 1, /* more iovecs than FC_MAX_SEGMENTS: the rest are holes */
+  FC_FLAG_COPY_FAULT = 1 << 2,     /* a user buffer could not be read: that range is a hole */
+  FC_FLAG_TLS_UNBOUND = 1 << 3,    /* TLS_DATA whose socket is not known yet (conn_id = 0) */
+};
+
+/* fc_conn_event.origin: how the connection was found. */
+enum fc_conn_origin {
+  FC_ORIGIN_FIRST_DATA = 0, /* first send/receive seen (sock tracepoints, or an fd the fallback
+                               did not see accepted/connected): stream positions start here */
+  FC_ORIGIN_ACCEPT = 1,     /* accept/accept4 returned it (fallback): positions start at 0 */
+  FC_ORIGIN_CONNECT = 2,    /* connect on it (fallback): positions start at 0 */
+  FC_ORIGIN_PROC_SCAN = 3,  /* userspace found it in /proc at attach time (conn_id = 0) */
+};
+
+enum fc_tls_lib {
+  FC_TLS_NONE = 0,
+  FC_TLS_OPENSSL = 1, /* OpenSSL 1.1 / 3 and BoringSSL share the SSL_* entry points */
+  FC_TLS_GNUTLS = 2,
+};
+
+struct fc_event_common {
+  fc_u64 timestamp_ns; /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) */
+  fc_u64 conn_id;      /* socket cookie, or FC_CONN_ID_SYNTHETIC|n on the fallback; 0 = unknown */
   fc_u32 tgid;
   fc_u32 tid;
-  fc_u32 length;   /* bytes the call moved */
-  fc_u32 captured; /* payload bytes that follow this header */
-  fc_u32 generation; /* bumps when a socket address is reused for a new connection */
-  fc_s32 fd;         /* -1 when unknown (io_uring, kernel context) */
+  fc_u32 generation; /* 1 for the first connection seen on (tgid, fd); +1 on each reuse */
+  fc_s32 fd;         /* -1 when unknown (io_uring, kernel context, TLS before binding) */
   fc_u16 kind;       /* enum fc_event_kind */
+  fc_u8 role;        /* enum fc_role in effect */
+  fc_u8 flags;       /* enum fc_event_flags */
+  fc_u32 reserved;
+  char comm[FC_COMM_LEN]; /* thread name */
+};
+FC_STATIC_ASSERT(sizeof(struct fc_event_common) == 56, "fc_event_common layout changed");
+
+struct fc_segment {
+  fc_u32 offset; /* from the first byte of the call */
+  fc_u32 length; /* captured bytes of this range (payload holds them in order) */
+};
+
+struct fc_data_event {
+  struct fc_event_common c;
+  fc_u64 stream_pos; /* offset of the call's first byte in its direction's stream; TLS events
+                        count the plaintext stream of their TLS session separately */
+  fc_u64 tls_obj;    /* SSL* / gnutls_session_t for TLS_DATA, else 0 */
+  fc_u32 length;     /* bytes the call moved */
+  fc_u32 captured;   /* payload bytes that follow this struct (sum of segment lengths) */
   fc_u8 direction;   /* enum fc_direction */
   fc_u8 source;      /* enum fc_source */
-  fc_u16 family;     /* AF_INET / AF_INET6 (FC_EVENT_CONNECT) */
+  fc_u8 nsegs;       /* valid entries in segs */
+  fc_u8 tls_lib;     /* enum fc_tls_lib for TLS_DATA */
+  fc_u32 reserved;
+  struct fc_segment segs[FC_MAX_SEGMENTS];
+};
+FC_STATIC_ASSERT(sizeof(struct fc_data_event) == 152, "fc_data_event layout changed");
+
+struct fc_conn_event {
+  struct fc_event_common c;
+  fc_u64 bytes[2]; /* CLOSE: bytes seen per direction (index enum fc_direction) */
+  fc_u16 family;   /* AF_INET / AF_INET6 */
   fc_u16 local_port;
   fc_u16 peer_port;
-  fc_u16 reserved;
+  fc_u8 origin; /* enum fc_conn_origin */
+  fc_u8 reserved;
   fc_u8 local_addr[16]; /* IPv4 in the first 4 bytes, network order */
   fc_u8 peer_addr[16];
-  char comm[FC_COMM_LEN];
+  fc_u64 inode; /* socket inode (FC_ORIGIN_PROC_SCAN only) */
 };
-FC_STATIC_ASSERT(sizeof(struct fc_event) == 112, "fc_event layout changed: update both sides");
+FC_STATIC_ASSERT(sizeof(struct fc_conn_event) == 120, "fc_conn_event layout changed");
 
-/* What userspace tells the kernel about one target process. */
+/* How much to copy for one connection. */
+struct fc_policy {
+  fc_u32 bytes_per_call;  /* total captured bytes per call, <= FC_MAX_CAPTURE */
+  fc_u32 bytes_per_iovec; /* captured bytes per iovec (readv/writev/sendmsg/recvmsg) */
+  fc_u8 role;             /* enum fc_role */
+  fc_u8 pad[3];
+};
+FC_STATIC_ASSERT(sizeof(struct fc_policy) == 12, "fc_policy layout changed");
+
+/* What userspace tells the kernel about one target process (map `targets`, key tgid). */
 struct fc_target {
-  fc_u32 capture_bytes; /* bytes to copy from each call (and each iovec), <= FC_MAX_CAPTURE */
+  struct fc_policy default_policy; /* for connections no port/connection rule matches */
   fc_u32 flags;
 };
-FC_STATIC_ASSERT(sizeof(struct fc_target) == 8, "fc_target layout changed");
+FC_STATIC_ASSERT(sizeof(struct fc_target) == 16, "fc_target layout changed");
+
+/* Map `port_policy`: a rule for every connection with this local or peer port. Local rules
+ * win over peer rules; per-connection rules (map `conn_policy`, key conn_id) win over both. */
+struct fc_port_key {
+  fc_u16 port; /* host order */
+  fc_u8 side;  /* 0 = local port (e.g. the broker's listener), 1 = peer port (e.g. 443) */
+  fc_u8 pad;
+};
+FC_STATIC_ASSERT(sizeof(struct fc_port_key) == 4, "fc_port_key layout changed");
 
 /* Per-CPU self counters, indexed by enum fc_counter in a per-CPU array. */
 enum fc_counter {
-  FC_COUNTER_EVENTS = 0,
-  FC_COUNTER_DROPS = 1, /* ring buffer full: the event is lost, its bytes become a hole */
+  FC_COUNTER_EVENTS = 0, /* records written into a ring buffer */
+  FC_COUNTER_DROPS = 1,  /* ring buffer full: the record is lost, its bytes become a hole */
   FC_COUNTER_COPY_FAULTS = 2,
+  FC_COUNTER_TLS_EVENTS = 3,
+  FC_COUNTER_CONN_EVENTS = 4,
   FC_COUNTER_MAX = 8,
 };
 

@@ -67,15 +67,31 @@ struct socket {
   struct sock* sk;
 };
 
+struct inode {
+  unsigned short i_mode;
+};
+
 struct file {
+  struct inode* f_inode;
   void* private_data;
 };
 
+struct fdtable {
+  unsigned int max_fds;
+  struct file** fd;
+};
+
+struct files_struct {
+  struct fdtable* fdt;
+};
+
 struct task_struct {
+  unsigned int flags;
   int pid;
   int tgid;
   char comm[16];
   struct task_struct* group_leader;
+  struct files_struct* files;
 };
 
 struct trace_event_raw_sys_enter {
@@ -89,5 +105,27 @@ struct trace_event_raw_sys_exit {
 };
 
 #pragma clang attribute pop
+
+/* User-space ABI structs (stable layouts, read with bpf_probe_read_user, not CO-RE). */
+struct fc_user_iovec {
+  __u64 iov_base;
+  __u64 iov_len;
+};
+struct fc_user_msghdr {
+  __u64 msg_name;
+  __s32 msg_namelen;
+  __s32 pad0;
+  __u64 msg_iov;
+  __u64 msg_iovlen;
+  __u64 msg_control;
+  __u64 msg_controllen;
+  __s32 msg_flags;
+  __s32 pad1;
+};
+struct fc_user_mmsghdr {
+  struct fc_user_msghdr msg_hdr;
+  __u32 msg_len;
+  __u32 pad;
+};
 
 #endif

@@ -9,6 +9,8 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <string>
 
 #include "fetchcost_capture.skel.h"
@@ -31,30 +33,160 @@ int print_libbpf(enum libbpf_print_level level, const char* format, va_list args
   return std::vfprintf(stderr, format, args);
 }
 
+fc_policy to_abi(const Policy& p) {
+  fc_policy out{};
+  out.bytes_per_call = p.bytes_per_call > FC_MAX_CAPTURE ? FC_MAX_CAPTURE : p.bytes_per_call;
+  out.bytes_per_iovec = p.bytes_per_iovec > FC_MAX_CAPTURE ? FC_MAX_CAPTURE : p.bytes_per_iovec;
+  out.role = static_cast<fc_u8>(p.role);
+  return out;
+}
+
+bool kernel_has_sock_tracepoints() {
+  return libbpf_find_vmlinux_btf_id("sock_send_length", BPF_TRACE_RAW_TP) > 0 &&
+         libbpf_find_vmlinux_btf_id("sock_recv_length", BPF_TRACE_RAW_TP) > 0 &&
+         libbpf_find_vmlinux_btf_id("inet_sock_set_state", BPF_TRACE_RAW_TP) > 0;
+}
+
+bool is_sock_program(const char* name) { return std::strncmp(name, "sock_", 5) == 0; }
+bool is_syscall_program(const char* name) { return std::strncmp(name, "sc_", 3) == 0; }
+bool is_tls_program(const char* name) { return std::strncmp(name, "tls_", 4) == 0; }
+
+std::string comm_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+struct LinkDeleter {
+  void operator()(bpf_link* l) const { bpf_link__destroy(l); }
+};
+using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
+
 }  // namespace
 
+const char* variant_name(Variant v) {
+  switch (v) {
+    case Variant::kSockTracepoints: return "sock-tracepoints";
+    case Variant::kSyscallTracepoints: return "syscall-tracepoints";
+    default: return "auto";
+  }
+}
+
 struct Capture::Impl {
+  struct Target {
+    TargetStatus status;
+    std::vector<LinkPtr> links;  // TLS uprobes for this pid
+    std::uint32_t tls_hooks = 0;
+  };
+
   fetchcost_capture* skel = nullptr;
   ring_buffer* rings = nullptr;
   std::vector<int> ring_fds;
   EventHandler handler;
+  Options options;
+  Variant variant = Variant::kAuto;
   int cpus = 0;
+  std::size_t ring_bytes = 0;
+  std::map<pid_t, Target> targets;
+  std::uint64_t delivered = 0;
+  std::uint64_t suppressed = 0;
 
   ~Impl() {
+    targets.clear();  // uprobe links first
     if (rings) ring_buffer__free(rings);
     for (int fd : ring_fds) close(fd);
     if (skel) fetchcost_capture__destroy(skel);
   }
 
+  void bump_policy_epoch() { __atomic_add_fetch(&skel->bss->policy_epoch, 1, __ATOMIC_SEQ_CST); }
+
   static int on_sample(void* ctx, void* data, std::size_t size) {
     auto* self = static_cast<Impl*>(ctx);
-    if (size < sizeof(fc_event)) return 0;  // cannot happen with our programs; ignore safely
-    const auto* header = static_cast<const fc_event*>(data);
-    std::size_t payload = header->captured;
-    if (payload > size - sizeof(fc_event)) payload = size - sizeof(fc_event);
-    EventView view{*header, {static_cast<const std::uint8_t*>(data) + sizeof(fc_event), payload}};
+    if (size < sizeof(fc_event_common)) return 0;  // cannot happen with our programs
+    const auto* common = static_cast<const fc_event_common*>(data);
+    EventView view{*common};
+    if (common->kind == FC_EVENT_DATA || common->kind == FC_EVENT_TLS_DATA) {
+      if (size < sizeof(fc_data_event)) return 0;
+      const auto* d = static_cast<const fc_data_event*>(data);
+      if (!self->options.deliver_tls_ciphertext && (d->c.flags & FC_FLAG_TLS_CIPHERTEXT)) {
+        ++self->suppressed;
+        return 0;
+      }
+      std::size_t payload = d->captured;
+      if (payload > size - sizeof(fc_data_event)) payload = size - sizeof(fc_data_event);
+      std::size_t nsegs = d->nsegs > FC_MAX_SEGMENTS ? FC_MAX_SEGMENTS : d->nsegs;
+      view.data = d;
+      view.payload = {static_cast<const std::uint8_t*>(data) + sizeof(fc_data_event), payload};
+      view.segments = {d->segs, nsegs};
+    } else if (common->kind == FC_EVENT_CONNECT || common->kind == FC_EVENT_CLOSE) {
+      if (size < sizeof(fc_conn_event)) return 0;
+      view.conn = static_cast<const fc_conn_event*>(data);
+    } else {
+      return 0;
+    }
+    ++self->delivered;
     self->handler(view);
     return 0;
+  }
+
+  void deliver_conn(const fc_conn_event& ev) {
+    EventView view{ev.c};
+    view.conn = &ev;
+    ++delivered;
+    handler(view);
+  }
+
+  bool tls_skipped(const TlsLibrary& lib) const {
+    for (const auto& s : options.tls_skip)
+      if (!s.empty() && (s == lib.flavour || lib.path.find(s) != std::string::npos)) return true;
+    return false;
+  }
+
+  bpf_program* entry_program(const std::string& fn) {
+    if (fn == "SSL_read") return skel->progs.tls_ossl_read;
+    if (fn == "SSL_write") return skel->progs.tls_ossl_write;
+    if (fn == "SSL_read_ex") return skel->progs.tls_ossl_read_ex;
+    if (fn == "SSL_write_ex") return skel->progs.tls_ossl_write_ex;
+    if (fn == "gnutls_record_recv") return skel->progs.tls_gnutls_recv;
+    if (fn == "gnutls_record_send") return skel->progs.tls_gnutls_send;
+    return nullptr;
+  }
+
+  void attach_tls(pid_t pid, Target& target) {
+    for (const TlsLibrary& lib : find_tls_libraries(pid)) {
+      TlsAttachment att{lib.path, lib.flavour, {}, false, {}};
+      if (tls_skipped(lib)) {
+        att.skipped = true;
+        target.status.tls.push_back(att);
+        continue;
+      }
+      for (const std::string& fn : lib.functions) {
+        bpf_program* entry = entry_program(fn);
+        if (!entry) continue;
+        LIBBPF_OPTS(bpf_uprobe_opts, enter_opts, .func_name = fn.c_str());
+        LIBBPF_OPTS(bpf_uprobe_opts, exit_opts, .retprobe = true, .func_name = fn.c_str());
+        bpf_link* in = bpf_program__attach_uprobe_opts(entry, pid, lib.host_path.c_str(), 0,
+                                                       &enter_opts);
+        if (!in) {
+          att.error = "cannot attach uprobe " + fn + ": " + errno_text(errno);
+          continue;
+        }
+        target.links.emplace_back(in);
+        bpf_link* out = bpf_program__attach_uprobe_opts(skel->progs.tls_exit, pid,
+                                                        lib.host_path.c_str(), 0, &exit_opts);
+        if (!out) {
+          att.error = "cannot attach uretprobe " + fn + ": " + errno_text(errno);
+          target.links.pop_back();
+          continue;
+        }
+        target.links.emplace_back(out);
+        ++target.tls_hooks;
+        att.functions.push_back(fn);
+      }
+      target.status.tls.push_back(att);
+    }
+    __atomic_add_fetch(&skel->bss->tls_hooks, target.tls_hooks, __ATOMIC_SEQ_CST);
   }
 };
 
@@ -65,36 +197,59 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
   libbpf_set_print(print_libbpf);
   auto impl = std::make_unique<Impl>();
   impl->handler = std::move(handler);
+  impl->options = options;
   impl->cpus = libbpf_num_possible_cpus();
   if (impl->cpus <= 0) return make_error("cannot count CPUs: " + errno_text(impl->cpus));
   if (impl->cpus > FC_MAX_CPUS)
     return make_error("this machine has " + std::to_string(impl->cpus) +
                       " possible CPUs; fetchcost supports up to " + std::to_string(FC_MAX_CPUS));
 
+  const bool has_sock_tp = kernel_has_sock_tracepoints();
+  impl->variant = options.variant;
+  if (impl->variant == Variant::kAuto)
+    impl->variant = has_sock_tp ? Variant::kSockTracepoints : Variant::kSyscallTracepoints;
+  if (impl->variant == Variant::kSockTracepoints && !has_sock_tp)
+    return make_error(
+        "this kernel lacks the sock_send_length/sock_recv_length tracepoints (Linux >= 6.3): "
+        "use the syscall-tracepoint variant (--capture-variant=syscall-tracepoints or auto)");
+
   impl->skel = fetchcost_capture__open();
   if (!impl->skel) return make_error("cannot open the BPF object: " + errno_text(errno));
   impl->skel->rodata->cfg_self_tgid = static_cast<__u32>(getpid());
 
+  // Feature probe result: load exactly one socket variant; TLS programs load always (they are
+  // attached per target later, by hand).
+  bpf_program* prog;
+  bpf_object__for_each_program(prog, impl->skel->obj) {
+    const char* name = bpf_program__name(prog);
+    const bool load = is_tls_program(name) ||
+                      (impl->variant == Variant::kSockTracepoints ? is_sock_program(name)
+                                                                  : is_syscall_program(name));
+    bpf_program__set_autoload(prog, load);
+  }
+
   // The ring buffers are created here so their size is the one the verifier checks every
   // inner map against (the first one doubles as the array's inner-map template).
-  const std::size_t ring_bytes = round_up_pow2(options.ring_bytes_per_cpu);
+  impl->ring_bytes = round_up_pow2(options.ring_bytes_per_cpu);
   for (int cpu = 0; cpu < impl->cpus; ++cpu) {
-    int fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "fc_ring", 0, 0, static_cast<__u32>(ring_bytes),
-                            nullptr);
+    int fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "fc_ring", 0, 0,
+                            static_cast<__u32>(impl->ring_bytes), nullptr);
     if (fd < 0)
-      return make_error("cannot create a " + std::to_string(ring_bytes) +
+      return make_error("cannot create a " + std::to_string(impl->ring_bytes) +
                         "-byte ring buffer: " + errno_text(errno) +
                         " (lower the ring size or raise the memory limit)");
     impl->ring_fds.push_back(fd);
   }
   bpf_map__set_max_entries(impl->skel->maps.ringbufs, static_cast<__u32>(impl->cpus));
+  bpf_map__set_max_entries(impl->skel->maps.scratch, static_cast<__u32>(impl->cpus));
   if (bpf_map__set_inner_map_fd(impl->skel->maps.ringbufs, impl->ring_fds[0]) != 0)
     return make_error("cannot set the ring buffer template: " + errno_text(errno));
 
   if (int err = fetchcost_capture__load(impl->skel); err != 0) {
-    return make_error("the kernel refused fetchcost's BPF programs (" + errno_text(err) +
-                      "); the verifier log above says why. fetchcost needs Linux >= 6.3 for the "
-                      "sock_send_length/sock_recv_length tracepoints");
+    return make_error(std::string("the kernel refused fetchcost's BPF programs (") +
+                      errno_text(err) + ", variant " + variant_name(impl->variant) +
+                      "); the verifier log above says why. fetchcost needs Linux >= 5.8 with "
+                      "BTF (>= 6.3 for the sock-tracepoint variant)");
   }
 
   const int outer_fd = bpf_map__fd(impl->skel->maps.ringbufs);
@@ -112,24 +267,94 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
     }
   }
 
-  if (int err = fetchcost_capture__attach(impl->skel); err != 0)
-    return make_error("cannot attach fetchcost's BPF programs: " + errno_text(err));
-
+  // Attach the socket programs (the TLS ones have no attach target in their SEC and are
+  // skipped by the skeleton's auto-attach).
+  if (int err = fetchcost_capture__attach(impl->skel); err != 0) {
+    std::string hint = impl->variant == Variant::kSyscallTracepoints
+                           ? " (the syscall tracepoints need tracefs: `mount -t tracefs nodev "
+                             "/sys/kernel/tracing`)"
+                           : "";
+    return make_error("cannot attach fetchcost's BPF programs: " + errno_text(err) + hint);
+  }
   return std::unique_ptr<Capture>(new Capture(std::move(impl)));
 }
 
-Result<void> Capture::add_target(pid_t tgid, std::uint32_t capture_bytes) {
-  fc_target target{capture_bytes > FC_MAX_CAPTURE ? FC_MAX_CAPTURE : capture_bytes, 0};
+Result<TargetStatus> Capture::add_target(pid_t tgid) {
+  return add_target(tgid, impl_->options.default_policy);
+}
+
+Result<TargetStatus> Capture::add_target(pid_t tgid, const Policy& policy) {
+  fc_target target{};
+  target.default_policy = to_abi(policy);
   __u32 key = static_cast<__u32>(tgid);
-  if (bpf_map__update_elem(impl_->skel->maps.targets, &key, sizeof(key), &target, sizeof(target),
-                           BPF_ANY) != 0)
+  if (bpf_map__update_elem(impl_->skel->maps.targets, &key, sizeof(key), &target,
+                           sizeof(target), BPF_ANY) != 0)
     return make_error("cannot watch process " + std::to_string(tgid) + ": " + errno_text(errno));
-  return {};
+  impl_->bump_policy_epoch();
+
+  auto existing = impl_->targets.find(tgid);
+  if (existing != impl_->targets.end()) {
+    existing->second.status.policy = policy;
+    return existing->second.status;
+  }
+  Impl::Target& t = impl_->targets[tgid];
+  t.status.pid = tgid;
+  t.status.comm = comm_of(tgid);
+  t.status.policy = policy;
+  if (impl_->options.tls) impl_->attach_tls(tgid, t);
+  if (impl_->options.scan_existing_connections) {
+    const auto conns = scan_connections(tgid);
+    t.status.existing_connections = conns.size();
+    for (const auto& c : conns) impl_->deliver_conn(c);
+  }
+  return t.status;
 }
 
 void Capture::remove_target(pid_t tgid) {
   __u32 key = static_cast<__u32>(tgid);
   bpf_map__delete_elem(impl_->skel->maps.targets, &key, sizeof(key), 0);
+  auto it = impl_->targets.find(tgid);
+  if (it == impl_->targets.end()) return;
+  __atomic_sub_fetch(&impl_->skel->bss->tls_hooks, it->second.tls_hooks, __ATOMIC_SEQ_CST);
+  impl_->targets.erase(it);  // detaches its uprobes
+}
+
+std::vector<pid_t> Capture::targets() const {
+  std::vector<pid_t> out;
+  for (const auto& [pid, t] : impl_->targets) out.push_back(pid);
+  return out;
+}
+
+Result<void> Capture::set_port_policy(std::uint16_t port, bool peer_side, const Policy& policy) {
+  fc_port_key key{port, static_cast<fc_u8>(peer_side ? 1 : 0), 0};
+  fc_policy value = to_abi(policy);
+  if (bpf_map__update_elem(impl_->skel->maps.port_policy, &key, sizeof(key), &value,
+                           sizeof(value), BPF_ANY) != 0)
+    return make_error("cannot set the capture policy of port " + std::to_string(port) + ": " +
+                      errno_text(errno) + " (at most 1024 port rules)");
+  impl_->bump_policy_epoch();
+  return {};
+}
+
+void Capture::clear_port_policy(std::uint16_t port, bool peer_side) {
+  fc_port_key key{port, static_cast<fc_u8>(peer_side ? 1 : 0), 0};
+  bpf_map__delete_elem(impl_->skel->maps.port_policy, &key, sizeof(key), 0);
+  impl_->bump_policy_epoch();
+}
+
+Result<void> Capture::set_connection_policy(std::uint64_t conn_id, const Policy& policy) {
+  fc_policy value = to_abi(policy);
+  if (bpf_map__update_elem(impl_->skel->maps.conn_policy, &conn_id, sizeof(conn_id), &value,
+                           sizeof(value), BPF_ANY) != 0)
+    return make_error("cannot set the capture policy of connection " + std::to_string(conn_id) +
+                      ": " + errno_text(errno));
+  impl_->bump_policy_epoch();
+  return {};
+}
+
+void Capture::clear_connection_policy(std::uint64_t conn_id) {
+  bpf_map__delete_elem(impl_->skel->maps.conn_policy, &conn_id, sizeof(conn_id), 0);
+  impl_->bump_policy_epoch();
 }
 
 Result<int> Capture::poll(int timeout_ms) {
@@ -150,6 +375,8 @@ std::vector<Counters> Capture::per_cpu() const {
   read(FC_COUNTER_EVENTS, &Counters::events);
   read(FC_COUNTER_DROPS, &Counters::drops);
   read(FC_COUNTER_COPY_FAULTS, &Counters::copy_faults);
+  read(FC_COUNTER_TLS_EVENTS, &Counters::tls_events);
+  read(FC_COUNTER_CONN_EVENTS, &Counters::conn_events);
   return result;
 }
 
@@ -159,10 +386,45 @@ Counters Capture::totals() const {
     sum.events += c.events;
     sum.drops += c.drops;
     sum.copy_faults += c.copy_faults;
+    sum.tls_events += c.tls_events;
+    sum.conn_events += c.conn_events;
   }
   return sum;
 }
 
 int Capture::cpu_count() const { return impl_->cpus; }
+Variant Capture::variant() const { return impl_->variant; }
+
+Status Capture::status() const {
+  Status s;
+  s.variant = impl_->variant;
+  s.ring_bytes_per_cpu = impl_->ring_bytes;
+  bpf_program* prog;
+  bpf_object__for_each_program(prog, impl_->skel->obj) {
+    if (!bpf_program__autoload(prog)) continue;
+    const char* name = bpf_program__name(prog);
+    if (is_tls_program(name) && impl_->skel->bss->tls_hooks == 0) continue;
+    ProgramStatus p{name, 0, 0};
+    bpf_prog_info info{};
+    __u32 len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len) == 0) {
+      p.run_time_ns = info.run_time_ns;
+      p.run_count = info.run_cnt;
+    }
+    s.programs.push_back(p);
+  }
+  for (const auto& [pid, t] : impl_->targets) s.targets.push_back(t.status);
+  s.per_cpu = per_cpu();
+  for (const auto& c : s.per_cpu) {
+    s.totals.events += c.events;
+    s.totals.drops += c.drops;
+    s.totals.copy_faults += c.copy_faults;
+    s.totals.tls_events += c.tls_events;
+    s.totals.conn_events += c.conn_events;
+  }
+  s.delivered = impl_->delivered;
+  s.ciphertext_suppressed = impl_->suppressed;
+  return s;
+}
 
 }  // namespace fc::capture

@@ -1,5 +1,6 @@
-// capture: loads fetchcost's BPF programs into the kernel, tells them which processes to watch,
-// and drains the per-CPU ring buffers into a callback, one fc_event (+ payload prefix) at a time.
+// capture: loads fetchcost's BPF programs into the kernel, tells them which processes to watch
+// and how much to copy per connection role, attaches TLS uprobes per target, and drains the
+// per-CPU ring buffers into a callback, one record at a time. Record layouts: fetchcost_abi.h.
 #pragma once
 
 #include <sys/types.h>
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,47 +22,139 @@ namespace fc::capture {
 // would fix them: privileges, BTF, tracefs (mounted here when it can be), memlock.
 Result<void> check_environment();
 
+// Which socket hooks to load. kAuto picks the sock tracepoints when the kernel has them
+// (Linux >= 6.3), else the syscall tracepoints.
+enum class Variant { kAuto, kSockTracepoints, kSyscallTracepoints };
+const char* variant_name(Variant v);
+
+// How many bytes to copy for a connection: per call and per iovec (writev/sendmsg/readv/recvmsg).
+struct Policy {
+  std::uint32_t bytes_per_call = 4096;   // <= FC_MAX_CAPTURE
+  std::uint32_t bytes_per_iovec = 4096;  // each iovec's prefix, within bytes_per_call
+  fc_role role = FC_ROLE_OTHER;
+};
+
 struct Options {
   std::size_t ring_bytes_per_cpu = 4u << 20;  // rounded up to a power of two, >= page size
-  std::uint32_t default_capture_bytes = 4096;  // bytes copied from each socket call
+  Policy default_policy;                      // for targets added without their own policy
+  Variant variant = Variant::kAuto;           // kSyscallTracepoints forces the fallback
+  bool tls = true;                            // attach TLS uprobes to targets' TLS libraries
+  // TLS libraries NOT to hook: "openssl" (also BoringSSL), "gnutls", or a substring of a
+  // library path (e.g. "libgnutls"). A skipped library's connections stay ciphertext.
+  std::vector<std::string> tls_skip;
+  // Raw (ciphertext) data events of connections whose TLS plaintext is captured are dropped in
+  // the drain unless this is set; they are length-only in any case.
+  bool deliver_tls_ciphertext = false;
+  // Report the connections a target already holds when it is added (FC_ORIGIN_PROC_SCAN).
+  bool scan_existing_connections = true;
 };
 
 struct Counters {
-  std::uint64_t events = 0;
-  std::uint64_t drops = 0;
+  std::uint64_t events = 0;  // records written into the ring buffers
+  std::uint64_t drops = 0;   // records lost because a ring buffer was full
   std::uint64_t copy_faults = 0;
+  std::uint64_t tls_events = 0;
+  std::uint64_t conn_events = 0;
 };
 
-// One event as the BPF side wrote it; `payload` is the captured prefix (header.captured bytes).
+// One record as the BPF side wrote it. For DATA/TLS_DATA `data` is set, `payload` holds the
+// captured bytes (the segments' bytes in order) and `segments` says where they sit in the call;
+// for CONNECT/CLOSE `conn` is set.
 struct EventView {
-  const fc_event& header;
+  const fc_event_common& common;
+  const fc_data_event* data = nullptr;
+  const fc_conn_event* conn = nullptr;
   std::span<const std::uint8_t> payload;
+  std::span<const fc_segment> segments;
 };
 using EventHandler = std::function<void(const EventView&)>;
 
+// A TLS library found in a target and the functions hooked in it.
+struct TlsAttachment {
+  std::string path;     // as the target sees it (from /proc/PID/maps)
+  std::string flavour;  // "openssl" (OpenSSL 1.1/3, BoringSSL) or "gnutls"
+  std::vector<std::string> functions;
+  bool skipped = false;  // found, but not hooked (Options::tls_skip)
+  std::string error;     // why attaching failed, if it did
+};
+
+struct TargetStatus {
+  pid_t pid = 0;
+  std::string comm;
+  Policy policy;
+  std::vector<TlsAttachment> tls;
+  std::size_t existing_connections = 0;  // found in /proc when the target was added
+};
+
+struct ProgramStatus {
+  std::string name;
+  std::uint64_t run_time_ns = 0;  // from bpf_prog_info; 0 unless BPF stats are enabled
+  std::uint64_t run_count = 0;
+};
+
+struct Status {
+  Variant variant = Variant::kAuto;
+  std::vector<ProgramStatus> programs;  // loaded socket programs (TLS ones when attached)
+  std::vector<TargetStatus> targets;
+  std::size_t ring_bytes_per_cpu = 0;
+  std::vector<Counters> per_cpu;
+  Counters totals;
+  std::uint64_t delivered = 0;             // records handed to the handler
+  std::uint64_t ciphertext_suppressed = 0;  // TLS ciphertext records dropped in the drain
+};
+
 class Capture {
  public:
-  // Opens, configures, loads and attaches the programs. The handler is called from poll().
+  // Opens, configures, loads and attaches the programs. The handler is called from poll()
+  // (and from add_target() for connections found in /proc).
   static Result<std::unique_ptr<Capture>> open(const Options& options, EventHandler handler);
   ~Capture();
   Capture(const Capture&) = delete;
   Capture& operator=(const Capture&) = delete;
 
-  Result<void> add_target(pid_t tgid, std::uint32_t capture_bytes);
+  // Starts watching a process: its socket calls, its TLS libraries (uprobes for this pid) and
+  // its existing connections. Adding a watched pid again updates its policy only.
+  Result<TargetStatus> add_target(pid_t tgid);
+  Result<TargetStatus> add_target(pid_t tgid, const Policy& policy);
+  // Stops watching and detaches its uprobes (also call this when the process has exited).
   void remove_target(pid_t tgid);
+  std::vector<pid_t> targets() const;
+
+  // Rules that pick a connection's policy: per connection id, else local port, else peer
+  // port, else the target's default. Take effect on the connection's next call.
+  Result<void> set_port_policy(std::uint16_t port, bool peer_side, const Policy& policy);
+  void clear_port_policy(std::uint16_t port, bool peer_side);
+  Result<void> set_connection_policy(std::uint64_t conn_id, const Policy& policy);
+  void clear_connection_policy(std::uint64_t conn_id);
 
   // Waits up to timeout_ms for events, then drains every CPU's ring buffer.
-  // Returns the number of events handled, or an error.
+  // Returns the number of records handled, or an error.
   Result<int> poll(int timeout_ms);
 
   Counters totals() const;
   std::vector<Counters> per_cpu() const;
   int cpu_count() const;
+  Variant variant() const;
+  Status status() const;
 
  private:
   struct Impl;
   explicit Capture(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Connections a process holds now, from /proc/PID/fd and /proc/PID/net/tcp{,6} (its own
+// network namespace), as FC_EVENT_CONNECT records with origin FC_ORIGIN_PROC_SCAN and
+// conn_id 0 (match them to later records by address). Listening sockets are skipped.
+std::vector<fc_conn_event> scan_connections(pid_t pid);
+
+// Executable file-backed mappings of a process and the TLS entry points each defines.
+struct TlsLibrary {
+  std::string path;       // as the process sees it
+  std::string host_path;  // /proc/PID/root/... (inside its mount namespace)
+  std::string flavour;    // "openssl" or "gnutls"
+  std::vector<std::string> functions;
+};
+std::vector<TlsLibrary> find_tls_libraries(pid_t pid);
 
 }  // namespace fc::capture

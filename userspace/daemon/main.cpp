@@ -1,5 +1,7 @@
 // fetchcostd: watches Kafka broker processes with eBPF and serves per-client remote-fetch cost.
 #include <CLI/CLI.hpp>
+#include <arpa/inet.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,45 +21,122 @@ void on_signal(int) { g_stop = true; }
 
 const char* direction_name(unsigned d) { return d == FC_DIR_SEND ? "send" : "recv"; }
 
+std::string endpoint(unsigned family, const std::uint8_t* addr, unsigned port) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  inet_ntop(family == AF_INET6 ? AF_INET6 : AF_INET, addr, text, sizeof(text));
+  return (family == AF_INET6 ? "[" + std::string(text) + "]" : std::string(text)) + ":" +
+         std::to_string(port);
+}
+
+// Human-readable capture status (the JSON API will serve the same struct).
+void print_capture_status(const fc::capture::Status& s) {
+  std::fprintf(stderr, "status: variant=%s ring=%zu bytes/cpu events=%llu drops=%llu "
+               "delivered=%llu tls_events=%llu ciphertext_suppressed=%llu\n",
+               fc::capture::variant_name(s.variant), s.ring_bytes_per_cpu,
+               static_cast<unsigned long long>(s.totals.events),
+               static_cast<unsigned long long>(s.totals.drops),
+               static_cast<unsigned long long>(s.delivered),
+               static_cast<unsigned long long>(s.totals.tls_events),
+               static_cast<unsigned long long>(s.ciphertext_suppressed));
+  for (std::size_t cpu = 0; cpu < s.per_cpu.size(); ++cpu)
+    std::fprintf(stderr, "status:   cpu %zu events=%llu drops=%llu\n", cpu,
+                 static_cast<unsigned long long>(s.per_cpu[cpu].events),
+                 static_cast<unsigned long long>(s.per_cpu[cpu].drops));
+  for (const auto& p : s.programs)
+    std::fprintf(stderr, "status:   program %s runs=%llu\n", p.name.c_str(),
+                 static_cast<unsigned long long>(p.run_count));
+  for (const auto& t : s.targets) {
+    std::fprintf(stderr, "status:   pid %d (%s) capture=%u/%u bytes per call/iovec, %zu connections at attach\n",
+                 t.pid, t.comm.c_str(), t.policy.bytes_per_call, t.policy.bytes_per_iovec,
+                 t.existing_connections);
+    for (const auto& l : t.tls) {
+      std::string fns;
+      for (const auto& f : l.functions) fns += (fns.empty() ? "" : ",") + f;
+      std::fprintf(stderr, "status:     tls %s %s %s%s%s\n", l.flavour.c_str(), l.path.c_str(),
+                   l.skipped ? "(skipped by configuration)" : fns.c_str(),
+                   l.error.empty() ? "" : " error: ", l.error.c_str());
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"fetchcostd — attributes Kafka tiered-storage reads to the clients that cause them"};
   std::vector<int> pids;
   std::string match = "kafka.Kafka";
+  std::string cgroup;
   std::uint32_t capture_bytes = 4096;
+  std::uint32_t iovec_bytes = 4096;
   std::size_t ring_kib = 4096;
   double duration_s = 0;
+  double status_interval_s = 0;
   bool print_events = false;
+  bool print_status = false;
+  bool no_tls = false;
+  std::vector<std::string> tls_skip;
+  std::string variant = "auto";
   app.add_option("--pid", pids, "Watch these process ids (repeatable)");
   app.add_option("--match", match, "Watch processes whose command line contains this")
       ->capture_default_str();
+  app.add_option("--cgroup", cgroup,
+                 "Watch processes in this cgroup v2 path or below it (instead of --match)");
   app.add_option("--capture-bytes", capture_bytes, "Bytes copied from each socket call")
       ->capture_default_str();
+  app.add_option("--iovec-bytes", iovec_bytes, "Bytes copied from each iovec of a call")
+      ->capture_default_str();
   app.add_option("--ring-kib", ring_kib, "Ring buffer size per CPU, KiB")->capture_default_str();
+  app.add_option("--capture-variant", variant,
+                 "Socket hooks: auto, sock-tracepoints (Linux >= 6.3) or syscall-tracepoints")
+      ->check(CLI::IsMember({"auto", "sock-tracepoints", "syscall-tracepoints"}))
+      ->capture_default_str();
+  app.add_flag("--no-tls", no_tls, "Do not attach TLS uprobes");
+  app.add_option("--tls-skip", tls_skip,
+                 "Do not hook this TLS library: openssl, gnutls, or a path substring (repeatable)");
   app.add_option("--duration", duration_s, "Stop after this many seconds (0 = run until signalled)");
   app.add_flag("--print-events", print_events,
                "Print one line per captured event (metadata only, never payload bytes)");
+  app.add_option("--status-interval", status_interval_s,
+                 "Print the capture status (probes per process, events, drops) every N seconds");
+  app.add_flag("--status", print_status, "Print the capture status once after the first scan");
   CLI11_PARSE(app, argc, argv);
-
   if (auto env = fc::capture::check_environment(); !env) {
     std::fprintf(stderr, "fetchcostd: %s\n", env.error().message.c_str());
     return 2;
   }
 
   std::uint64_t seen = 0;
-  auto capture = fc::capture::Capture::open(
-      {.ring_bytes_per_cpu = ring_kib * 1024, .default_capture_bytes = capture_bytes},
-      [&](const fc::capture::EventView& ev) {
-        ++seen;
-        if (!print_events) return;
-        const fc_event& h = ev.header;
-        std::printf("event pid=%u tid=%u comm=%.*s dir=%s conn=%#llx pos=%llu len=%u captured=%u\n",
-                    h.tgid, h.tid, FC_COMM_LEN, h.comm, direction_name(h.direction),
-                    static_cast<unsigned long long>(h.conn_id),
-                    static_cast<unsigned long long>(h.stream_pos), h.length, h.captured);
-        std::fflush(stdout);
-      });
+  fc::capture::Options options;
+  options.ring_bytes_per_cpu = ring_kib * 1024;
+  options.default_policy = {capture_bytes, iovec_bytes, FC_ROLE_OTHER};
+  options.variant = variant == "sock-tracepoints"      ? fc::capture::Variant::kSockTracepoints
+                    : variant == "syscall-tracepoints" ? fc::capture::Variant::kSyscallTracepoints
+                                                       : fc::capture::Variant::kAuto;
+  options.tls = !no_tls;
+  options.tls_skip = tls_skip;
+  auto capture = fc::capture::Capture::open(options, [&](const fc::capture::EventView& ev) {
+    ++seen;
+    if (!print_events) return;
+    const fc_event_common& c = ev.common;
+    if (ev.data) {
+      const fc_data_event& d = *ev.data;
+      std::printf("%s pid=%u tid=%u comm=%.*s conn=%#llx gen=%u fd=%d dir=%s src=%u pos=%llu "
+                  "len=%u captured=%u segs=%u flags=%#x\n",
+                  c.kind == FC_EVENT_TLS_DATA ? "tls" : "data", c.tgid, c.tid, FC_COMM_LEN, c.comm,
+                  static_cast<unsigned long long>(c.conn_id), c.generation, c.fd,
+                  direction_name(d.direction), d.source,
+                  static_cast<unsigned long long>(d.stream_pos), d.length, d.captured, d.nsegs,
+                  c.flags);
+    } else if (ev.conn) {
+      const fc_conn_event& k = *ev.conn;
+      std::printf("%s pid=%u conn=%#llx gen=%u fd=%d origin=%u local=%s peer=%s\n",
+                  c.kind == FC_EVENT_CONNECT ? "connect" : "close", c.tgid,
+                  static_cast<unsigned long long>(c.conn_id), c.generation, c.fd, k.origin,
+                  endpoint(k.family, k.local_addr, k.local_port).c_str(),
+                  endpoint(k.family, k.peer_addr, k.peer_port).c_str());
+    }
+    std::fflush(stdout);
+  });
   if (!capture) {
     std::fprintf(stderr, "fetchcostd: %s\n", capture.error().message.c_str());
     return 2;
@@ -66,15 +145,19 @@ int main(int argc, char** argv) {
   std::set<pid_t> watched;
   auto refresh_targets = [&] {
     std::vector<pid_t> wanted(pids.begin(), pids.end());
-    if (pids.empty()) wanted = fc::daemon::find_processes_by_cmdline(match);
+    if (pids.empty())
+      wanted = cgroup.empty() ? fc::daemon::find_processes_by_cmdline(match)
+                              : fc::daemon::find_processes_by_cgroup(cgroup);
     for (pid_t pid : wanted) {
       if (watched.count(pid) || !fc::daemon::process_alive(pid)) continue;
-      if (auto r = (*capture)->add_target(pid, capture_bytes); !r) {
+      auto r = (*capture)->add_target(pid);
+      if (!r) {
         std::fprintf(stderr, "fetchcostd: %s\n", r.error().message.c_str());
         continue;
       }
       watched.insert(pid);
-      std::fprintf(stderr, "fetchcostd: watching pid %d\n", pid);
+      std::fprintf(stderr, "fetchcostd: watching pid %d (%s), %zu TLS libraries, %zu open connections\n",
+                   pid, r->comm.c_str(), r->tls.size(), r->existing_connections);
     }
     for (auto it = watched.begin(); it != watched.end();) {
       if (fc::daemon::process_alive(*it)) { ++it; continue; }
@@ -86,18 +169,28 @@ int main(int argc, char** argv) {
 
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
-  std::fprintf(stderr, "fetchcostd: BPF programs attached on %d CPUs\n", (*capture)->cpu_count());
+  std::fprintf(stderr, "fetchcostd: BPF programs (%s) attached on %d CPUs\n",
+               fc::capture::variant_name((*capture)->variant()), (*capture)->cpu_count());
   if (std::getenv("FETCHCOSTD_READY_FILE")) {
     if (FILE* f = std::fopen(std::getenv("FETCHCOSTD_READY_FILE"), "w")) std::fclose(f);
   }
 
   const auto start = std::chrono::steady_clock::now();
   auto last_scan = start - std::chrono::hours(1);
+  auto last_status = start;
+  bool first_scan = true;
   while (!g_stop) {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_scan >= std::chrono::seconds(1)) {
       refresh_targets();
       last_scan = now;
+      if (first_scan && print_status) print_capture_status((*capture)->status());
+      first_scan = false;
+    }
+    if (status_interval_s > 0 &&
+        now - last_status >= std::chrono::duration<double>(status_interval_s)) {
+      print_capture_status((*capture)->status());
+      last_status = now;
     }
     if (duration_s > 0 && now - start >= std::chrono::duration<double>(duration_s)) break;
     if (auto r = (*capture)->poll(100); !r) {

@@ -30,4 +30,35 @@ std::vector<pid_t> find_processes_by_cmdline(const std::string& needle) {
 
 bool process_alive(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
 
+std::string cgroup_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("0::", 0) == 0) return line.substr(3);  // the cgroup v2 entry
+  }
+  return {};
+}
+
+std::vector<pid_t> find_processes_by_cgroup(const std::string& path) {
+  std::string want = path;
+  const std::string root = "/sys/fs/cgroup";
+  if (want.rfind(root, 0) == 0) want = want.substr(root.size());
+  while (want.size() > 1 && want.back() == '/') want.pop_back();
+  if (want.empty()) want = "/";
+  std::vector<pid_t> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    pid_t pid = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
+    if (pid == getpid()) continue;
+    const std::string cg = cgroup_of(pid);
+    if (cg.empty()) continue;
+    const bool inside = want == "/" || cg == want ||
+                        (cg.size() > want.size() && cg.rfind(want, 0) == 0 && cg[want.size()] == '/');
+    if (inside) found.push_back(pid);
+  }
+  return found;
+}
+
 }  // namespace fc::daemon

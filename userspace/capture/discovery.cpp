@@ -1,0 +1,144 @@
+// What a target process already has: its TLS libraries (from /proc/PID/maps, read inside its
+// mount namespace through /proc/PID/root, symbols by libbcc's ELF reader so statically linked
+// copies count) and its open TCP connections (/proc/PID/fd + /proc/PID/net/tcp{,6}).
+#include <bcc/bcc_elf.h>
+#include <bcc/bcc_syms.h>
+#include <elf.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "capture/capture.h"
+
+namespace fc::capture {
+namespace {
+
+const char* const kOpenSslFunctions[] = {"SSL_read", "SSL_write", "SSL_read_ex", "SSL_write_ex"};
+const char* const kGnuTlsFunctions[] = {"gnutls_record_recv", "gnutls_record_send"};
+
+struct SymbolScan {
+  std::set<std::string> found;
+};
+
+int on_symbol(const char* name, std::uint64_t addr, std::uint64_t /*size*/, void* payload) {
+  if (addr == 0) return 0;  // undefined (imported) symbol: not a definition
+  auto* scan = static_cast<SymbolScan*>(payload);
+  for (const char* f : kOpenSslFunctions)
+    if (std::strcmp(name, f) == 0) scan->found.insert(name);
+  for (const char* f : kGnuTlsFunctions)
+    if (std::strcmp(name, f) == 0) scan->found.insert(name);
+  return 0;
+}
+
+std::string comm_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+}  // namespace
+
+std::vector<TlsLibrary> find_tls_libraries(pid_t pid) {
+  std::vector<TlsLibrary> result;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::ifstream maps(proc + "/maps");
+  std::set<std::string> paths;
+  std::string line;
+  while (std::getline(maps, line)) {
+    // address perms offset dev inode path
+    std::istringstream fields(line);
+    std::string addr, perms, offset, dev, inode, path;
+    fields >> addr >> perms >> offset >> dev >> inode;
+    std::getline(fields >> std::ws, path);
+    if (perms.size() < 3 || perms[2] != 'x' || path.empty() || path[0] != '/') continue;
+    if (path.ends_with(" (deleted)")) continue;
+    paths.insert(path);
+  }
+  for (const std::string& path : paths) {
+    const std::string host_path = proc + "/root" + path;
+    SymbolScan scan;
+    bcc_symbol_option option{};
+    option.use_symbol_type = (1u << STT_FUNC) | (1u << STT_GNU_IFUNC);
+    if (bcc_elf_foreach_sym(host_path.c_str(), on_symbol, &option, &scan) != 0) continue;
+    TlsLibrary openssl{path, host_path, "openssl", {}};
+    TlsLibrary gnutls{path, host_path, "gnutls", {}};
+    for (const std::string& f : scan.found) (f.starts_with("SSL_") ? openssl : gnutls).functions.push_back(f);
+    // An OpenSSL flavour needs SSL_read and SSL_write; a GnuTLS one both record calls.
+    if (scan.found.count("SSL_read") && scan.found.count("SSL_write")) result.push_back(openssl);
+    if (gnutls.functions.size() == 2) result.push_back(gnutls);
+  }
+  return result;
+}
+
+namespace {
+
+// Parses /proc/net/tcp{,6} hex "ADDR:PORT" (ADDR = 32-bit words as the kernel stores them).
+bool parse_endpoint(const std::string& text, std::uint8_t* addr, std::uint16_t& port) {
+  auto colon = text.find(':');
+  if (colon == std::string::npos) return false;
+  const std::string hex = text.substr(0, colon);
+  if (hex.size() != 8 && hex.size() != 32) return false;
+  for (std::size_t w = 0; w < hex.size() / 8; ++w) {
+    std::uint32_t word = static_cast<std::uint32_t>(std::strtoul(hex.substr(w * 8, 8).c_str(), nullptr, 16));
+    std::memcpy(addr + 4 * w, &word, 4);
+  }
+  port = static_cast<std::uint16_t>(std::strtoul(text.substr(colon + 1).c_str(), nullptr, 16));
+  return true;
+}
+
+}  // namespace
+
+std::vector<fc_conn_event> scan_connections(pid_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::map<std::uint64_t, int> fd_of_inode;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(proc + "/fd", ec)) {
+    std::error_code lec;
+    const std::string target = std::filesystem::read_symlink(entry.path(), lec).string();
+    if (lec || !target.starts_with("socket:[")) continue;
+    fd_of_inode[std::strtoull(target.c_str() + 8, nullptr, 10)] =
+        std::atoi(entry.path().filename().c_str());
+  }
+  std::vector<fc_conn_event> result;
+  if (fd_of_inode.empty()) return result;
+  const std::string comm = comm_of(pid);
+  for (const auto& [file, family] : {std::pair{"/net/tcp", AF_INET}, std::pair{"/net/tcp6", AF_INET6}}) {
+    std::ifstream in(proc + file);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      const std::uint64_t ino = std::strtoull(inode.c_str(), nullptr, 10);
+      auto it = fd_of_inode.find(ino);
+      if (it == fd_of_inode.end()) continue;
+      if (state == "0A") continue;  // TCP_LISTEN
+      fc_conn_event ev{};
+      ev.c.kind = FC_EVENT_CONNECT;
+      ev.c.tgid = static_cast<fc_u32>(pid);
+      ev.c.fd = it->second;
+      std::strncpy(ev.c.comm, comm.c_str(), FC_COMM_LEN - 1);
+      ev.family = static_cast<fc_u16>(family);
+      ev.origin = FC_ORIGIN_PROC_SCAN;
+      ev.inode = ino;
+      if (!parse_endpoint(local, ev.local_addr, ev.local_port) ||
+          !parse_endpoint(remote, ev.peer_addr, ev.peer_port))
+        continue;
+      result.push_back(ev);
+    }
+  }
+  return result;
+}
+
+}  // namespace fc::capture
