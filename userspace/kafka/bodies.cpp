@@ -29,6 +29,26 @@ bool plausible_api(std::int16_t api_key, std::int16_t version) {
   return newest >= 0 && version >= 0 && version <= newest + 2;
 }
 
+bool current_api(std::int16_t api_key, std::int16_t version) {
+  if (!plausible_api(api_key, version)) return false;
+  switch (api_key) {  // oldest version Kafka 4.0 still accepts (KIP-896)
+    case api::kProduce:
+      return version >= 3;
+    case api::kFetch:
+      return version >= 4;
+    case 2:  // ListOffsets
+    case api::kMetadata:
+    case 9:   // OffsetFetch
+    case 23:  // OffsetForLeaderEpoch
+      return version >= 1;
+    case api::kOffsetCommit:
+    case api::kJoinGroup:
+      return version >= 2;
+    default:
+      return true;
+  }
+}
+
 bool decodes(std::int16_t api_key, std::int16_t version) {
   switch (api_key) {
     case api::kFetch:

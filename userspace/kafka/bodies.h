@@ -20,6 +20,9 @@ bool response_header_is_flexible(std::int16_t api_key, std::int16_t version);
 // A plausible (api key, version) pair for resynchronisation: known key, version not far beyond
 // the newest Kafka defines.
 bool plausible_api(std::int16_t api_key, std::int16_t version);
+// Stricter, for frames resync cannot verify by decoding: not a version Kafka 4 removed (e.g.
+// Produce v0–2, which no current client sends).
+bool current_api(std::int16_t api_key, std::int16_t version);
 
 bool fetch_request(wire::Reader& r, std::int16_t version, FetchExchange& fetch);
 bool group_request(wire::Reader& r, std::int16_t api_key, std::int16_t version, Exchange& ex);

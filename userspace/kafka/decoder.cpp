@@ -14,6 +14,8 @@ constexpr std::int16_t kFetchSessionIdNotFound = 70;
 constexpr std::int16_t kInvalidFetchSessionEpoch = 71;
 constexpr std::size_t kMaxSessionsPerConnection = 8;
 constexpr std::size_t kMaxClientIdScan = 255;  // longer client ids are not trusted when resyncing
+// Frames claiming more are not trusted when resyncing (Produce requests are ~1 MiB by default).
+constexpr std::uint32_t kMaxResyncFrame = 16u << 20;
 
 // Topic key for session state: the name up to v12, the id from v13 (distinct key spaces).
 std::string topic_key(const FetchTopic& topic, bool by_id) {
@@ -115,6 +117,7 @@ struct Decoder::Impl {
   std::vector<ApiCount> api_table = std::vector<ApiCount>(kTableKeys * kTableVersions);
   std::map<std::uint32_t, ApiCount> api_counts;  // (key << 16 | version), outside the table
   std::uint64_t now_ns = 0;
+  Exchange scratch;  // resync verification decodes into it
 
   Connection& connection(std::uint64_t id, bool from_start) {
     auto it = connections.find(id);
@@ -174,15 +177,17 @@ struct Decoder::Impl {
 
   // ---- requests --------------------------------------------------------------------------
 
-  // Does a request header start at p? Used only when resynchronising.
-  Probe probe_request(const std::uint8_t* p, std::size_t n, bool check_next) const {
+  // Does a request frame start at p? Used only when resynchronising, so it is strict: a frame of
+  // an API we decode must decode to its exact end; any other must be followed by another
+  // plausible header. kNeedMore: wait for bytes that would decide.
+  Probe probe_request(const std::uint8_t* p, std::size_t n, bool verify) {
     if (n < 14) return Probe::kNeedMore;
     std::uint32_t size = wire::load_be32(p);
     auto key = static_cast<std::int16_t>(wire::load_be16(p + 4));
     auto version = static_cast<std::int16_t>(wire::load_be16(p + 6));
     auto correlation = static_cast<std::int32_t>(wire::load_be32(p + 8));
     auto client_len = static_cast<std::int16_t>(wire::load_be16(p + 12));
-    if (size < 10 || size > options.max_frame) return Probe::kNo;
+    if (size < 10 || size > kMaxResyncFrame || size > options.max_frame) return Probe::kNo;
     if (!bodies::plausible_api(key, version) || correlation < 0) return Probe::kNo;
     if (client_len < -1 || client_len > static_cast<std::int16_t>(kMaxClientIdScan) ||
         static_cast<std::uint32_t>(10 + std::max<int>(client_len, 0)) > size) {
@@ -191,12 +196,24 @@ struct Decoder::Impl {
     std::size_t header_end = 14 + std::max<int>(client_len, 0);
     if (n < header_end) return Probe::kNeedMore;
     if (!printable({p + 14, header_end - 14})) return Probe::kNo;
-    // When the next frame is in view it must look like a request too.
-    std::uint64_t next = 4ull + size;
-    if (check_next && n >= next + 14) {
-      return probe_request(p + next, n - next, false) == Probe::kNo ? Probe::kNo : Probe::kYes;
+    if (!verify) return Probe::kYes;
+    const std::uint64_t frame = 4ull + size;
+    if (bodies::decodes_request_body(key, version) && size <= options.max_decoded_frame) {
+      if (n < frame) return Probe::kNeedMore;
+      scratch.clear();
+      scratch.api_key = key;
+      scratch.api_version = version;
+      wire::Reader r(p + header_end, p + frame);
+      bool ok = decode_request_body(r, scratch);
+      if (key == api::kFetch) ok = ok && r.p == p + frame;  // Fetch is read to its last byte
+      return ok ? Probe::kYes : Probe::kNo;
     }
-    return Probe::kYes;
+    // Unverifiable by decoding: ask for a non-empty client id and a plausible next header.
+    if (client_len < 1 || !bodies::current_api(key, version)) return Probe::kNo;
+    if (n < frame + 14) return Probe::kNeedMore;
+    Probe next = probe_request(p + frame, n - frame, false);
+    if (next == Probe::kYes && wire::load_be16(p + frame + 12) == 0) return Probe::kNo;
+    return next == Probe::kNo ? Probe::kNo : Probe::kYes;
   }
 
   void process_requests(Connection& c) {
@@ -212,7 +229,11 @@ struct Decoder::Impl {
             continue;
           }
           if (v.data.empty()) return;
+          // Scan for a verified frame start. An undecided candidate (its verification needs
+          // bytes not here yet) does not stop the scan, but the read position waits at the first
+          // one so that it can still win when the bytes come.
           std::size_t k = 0;
+          std::size_t first_undecided = v.data.size();
           bool found = false;
           for (; k < v.data.size(); ++k) {
             Probe r = probe_request(v.data.data() + k, v.data.size() - k, true);
@@ -220,19 +241,19 @@ struct Decoder::Impl {
               found = true;
               break;
             }
-            if (r == Probe::kNeedMore && !v.more_follows) break;  // wait for more bytes
+            if (r == Probe::kNeedMore && !v.more_follows && first_undecided == v.data.size()) {
+              first_undecided = k;
+            }
           }
+          if (!found) k = first_undecided;
           counters.resync_bytes += k;
           s.advance(k);
           if (found) {
             d.mode = Mode::kFrameStart;
             continue;
           }
-          if (k == 0 || k == v.data.size()) {
-            if (k == 0) return;
-            continue;
-          }
-          return;
+          if (k == 0) return;  // wait for more bytes
+          continue;
         }
         case Mode::kFrameStart: {
           if (v.hole) {
