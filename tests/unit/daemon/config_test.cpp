@@ -1,0 +1,47 @@
+#include <doctest/doctest.h>
+
+#include "daemon/config.h"
+
+using fc::daemon::parse_config;
+
+TEST_CASE("an empty config gives the documented defaults") {
+  auto c = parse_config("{}");
+  REQUIRE(c.ok());
+  CHECK(c->listen == "127.0.0.1:9464");
+  CHECK(c->cmdline_match == "kafka.Kafka");
+  CHECK(c->max_sensors == 10000);
+  CHECK_FALSE(c->partition_label);
+}
+
+TEST_CASE("fields are read, and every error names its field") {
+  auto c = parse_config(R"({"kafka_ports":[9092,9093],"object_store":{"ports":[9000]},
+      "sensors":{"max_sensors":5,"partition_label":true},"audit_log":{"path":"/tmp/a"}})");
+  REQUIRE(c.ok());
+  CHECK(c->kafka_ports == std::vector<std::uint16_t>{9092, 9093});
+  CHECK(c->object_store_ports == std::vector<std::uint16_t>{9000});
+  CHECK(c->max_sensors == 5);
+  CHECK(c->partition_label);
+  CHECK(c->audit_log_path == "/tmp/a");
+
+  struct Bad {
+    const char* text;
+    const char* mentions;
+  } cases[] = {
+      {"{", "not valid JSON"},
+      {R"({"listn":"x"})", "\"listn\": unknown key"},
+      {R"({"kafka_ports":[0]})", "\"kafka_ports\""},
+      {R"({"kafka_ports":"9092"})", "\"kafka_ports\""},
+      {R"({"sensors":{"max_sensors":"many"}})", "\"sensors.max_sensors\": expected a number"},
+      {R"({"sensors":{"max_sensors":0}})", "sensors.max_sensors"},
+      {R"({"object_store":{"prots":[1]}})", "object_store.prots"},
+      {R"({"capture":{"tls_libraries":["wolfssl"]}})", "wolfssl"},
+      {R"({"listen":"9464"})", "\"listen\""},
+      {R"([1,2])", "expected an object"},
+  };
+  for (const auto& bad : cases) {
+    auto r = parse_config(bad.text);
+    INFO(bad.text);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find(bad.mentions) != std::string::npos);
+  }
+}

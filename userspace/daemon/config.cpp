@@ -1,0 +1,148 @@
+#include "daemon/config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace fc::daemon {
+namespace {
+
+using nlohmann::json;
+
+// Reads one field with a type check; errors say "field: expected X, got Y".
+struct Reader {
+  std::string error;
+
+  bool check_keys(const json& obj, const std::string& where, std::set<std::string> allowed) {
+    if (!obj.is_object()) return fail(where, "expected an object");
+    for (const auto& [key, value] : obj.items()) {
+      if (!allowed.count(key)) {
+        std::string list;
+        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+        return fail(where.empty() ? key : where + "." + key, "unknown key (known: " + list + ")");
+      }
+    }
+    return true;
+  }
+  bool fail(const std::string& field, const std::string& what) {
+    if (error.empty()) error = "config field \"" + field + "\": " + what;
+    return false;
+  }
+  template <typename T>
+  void get(const json& obj, const std::string& key, const std::string& path, T& out) {
+    if (!error.empty() || !obj.contains(key)) return;
+    try {
+      out = obj.at(key).get<T>();
+    } catch (const std::exception&) {
+      fail(path, std::string("expected ") + describe<T>() + ", got " + obj.at(key).dump());
+    }
+  }
+  void get_ports(const json& obj, const std::string& key, const std::string& path,
+                 std::vector<std::uint16_t>& out) {
+    if (!error.empty() || !obj.contains(key)) return;
+    const json& v = obj.at(key);
+    if (!v.is_array()) {
+      fail(path, "expected an array of ports, got " + v.dump());
+      return;
+    }
+    out.clear();
+    for (const auto& p : v) {
+      if (!p.is_number_integer() || p.get<long long>() < 1 || p.get<long long>() > 65535) {
+        fail(path, "ports are integers from 1 to 65535, got " + p.dump());
+        return;
+      }
+      out.push_back(static_cast<std::uint16_t>(p.get<int>()));
+    }
+  }
+  template <typename T>
+  static const char* describe() {
+    if constexpr (std::is_same_v<T, bool>) return "true or false";
+    else if constexpr (std::is_same_v<T, std::string>) return "a string";
+    else if constexpr (std::is_arithmetic_v<T>) return "a number";
+    else return "an array";
+  }
+};
+
+}  // namespace
+
+Result<Config> parse_config(std::string_view text) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return make_error(std::string("config is not valid JSON: ") + e.what());
+  }
+  Config c;
+  Reader r;
+  if (!r.check_keys(doc, "", {"listen", "targets", "kafka_ports", "object_store", "log_dirs",
+                              "price_table", "sensors", "state_dir", "audit_log", "capture",
+                              "attribution_enabled"}))
+    return make_error(r.error);
+  r.get(doc, "listen", "listen", c.listen);
+  r.get_ports(doc, "kafka_ports", "kafka_ports", c.kafka_ports);
+  r.get(doc, "log_dirs", "log_dirs", c.log_dirs);
+  r.get(doc, "price_table", "price_table", c.price_table);
+  r.get(doc, "state_dir", "state_dir", c.state_dir);
+  r.get(doc, "attribution_enabled", "attribution_enabled", c.attribution_enabled);
+  if (doc.contains("targets") && r.check_keys(doc["targets"], "targets", {"pids", "cmdline_match", "cgroup"})) {
+    r.get(doc["targets"], "pids", "targets.pids", c.pids);
+    r.get(doc["targets"], "cmdline_match", "targets.cmdline_match", c.cmdline_match);
+    r.get(doc["targets"], "cgroup", "targets.cgroup", c.cgroup);
+  }
+  if (doc.contains("object_store") &&
+      r.check_keys(doc["object_store"], "object_store", {"ports", "key_layout", "virtual_host_suffixes"})) {
+    r.get_ports(doc["object_store"], "ports", "object_store.ports", c.object_store_ports);
+    r.get(doc["object_store"], "key_layout", "object_store.key_layout", c.key_layout);
+    r.get(doc["object_store"], "virtual_host_suffixes", "object_store.virtual_host_suffixes",
+          c.virtual_host_suffixes);
+  }
+  if (doc.contains("sensors") &&
+      r.check_keys(doc["sensors"], "sensors", {"max_sensors", "idle_expiry_seconds", "partition_label"})) {
+    r.get(doc["sensors"], "max_sensors", "sensors.max_sensors", c.max_sensors);
+    r.get(doc["sensors"], "idle_expiry_seconds", "sensors.idle_expiry_seconds", c.idle_expiry_seconds);
+    r.get(doc["sensors"], "partition_label", "sensors.partition_label", c.partition_label);
+  }
+  if (doc.contains("audit_log") && r.check_keys(doc["audit_log"], "audit_log", {"path", "max_bytes", "keep"})) {
+    r.get(doc["audit_log"], "path", "audit_log.path", c.audit_log_path);
+    r.get(doc["audit_log"], "max_bytes", "audit_log.max_bytes", c.audit_log_max_bytes);
+    r.get(doc["audit_log"], "keep", "audit_log.keep", c.audit_log_keep);
+  }
+  if (doc.contains("capture") &&
+      r.check_keys(doc["capture"], "capture", {"ring_kib_per_cpu", "capture_bytes", "tls_libraries"})) {
+    r.get(doc["capture"], "ring_kib_per_cpu", "capture.ring_kib_per_cpu", c.ring_kib_per_cpu);
+    r.get(doc["capture"], "capture_bytes", "capture.capture_bytes", c.capture_bytes);
+    r.get(doc["capture"], "tls_libraries", "capture.tls_libraries", c.tls_libraries);
+  }
+  if (!r.error.empty()) return make_error(r.error);
+  if (c.max_sensors < 1 || c.max_sensors > 10'000'000)
+    return make_error("config field \"sensors.max_sensors\": must be from 1 to 10000000");
+  if (c.idle_expiry_seconds <= 0)
+    return make_error("config field \"sensors.idle_expiry_seconds\": must be positive");
+  if (c.ring_kib_per_cpu < 4 || c.ring_kib_per_cpu > (1u << 20))
+    return make_error("config field \"capture.ring_kib_per_cpu\": must be from 4 to 1048576");
+  if (c.capture_bytes > 16384)
+    return make_error("config field \"capture.capture_bytes\": at most 16384");
+  if (c.audit_log_keep < 0 || c.audit_log_max_bytes < 4096)
+    return make_error("config field \"audit_log\": keep >= 0 and max_bytes >= 4096");
+  for (const auto& lib : c.tls_libraries) {
+    if (lib != "openssl" && lib != "gnutls" && lib != "boringssl")
+      return make_error("config field \"capture.tls_libraries\": unknown library \"" + lib +
+                        "\" (known: openssl, boringssl, gnutls)");
+  }
+  if (c.listen.find(':') == std::string::npos)
+    return make_error("config field \"listen\": expected host:port, got \"" + c.listen + "\"");
+  return c;
+}
+
+Result<Config> load_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return make_error("cannot read the config file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto c = parse_config(ss.str());
+  if (!c) return make_error(path + ": " + c.error().message);
+  return c;
+}
+
+}  // namespace fc::daemon

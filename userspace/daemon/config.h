@@ -1,0 +1,56 @@
+// fetchcostd's configuration file (JSON). Every key is optional; unknown keys are errors (a typo
+// must not silently fall back to a default), and every error names the field.
+//
+//   {
+//     "listen": "127.0.0.1:9464",
+//     "targets": {"pids": [], "cmdline_match": "kafka.Kafka", "cgroup": ""},
+//     "kafka_ports": [9092],
+//     "object_store": {"ports": [443], "key_layout": "aiven", "virtual_host_suffixes": []},
+//     "log_dirs": ["/var/lib/kafka/data"],
+//     "price_table": "aws-s3-standard-same-region",
+//     "sensors": {"max_sensors": 10000, "idle_expiry_seconds": 900, "partition_label": false},
+//     "state_dir": "/var/lib/fetchcost",
+//     "audit_log": {"path": "", "max_bytes": 104857600, "keep": 5},
+//     "capture": {"ring_kib_per_cpu": 4096, "capture_bytes": 4096,
+//                 "tls_libraries": ["openssl", "gnutls"]},
+//     "attribution_enabled": true
+//   }
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+
+namespace fc::daemon {
+
+struct Config {
+  std::string listen = "127.0.0.1:9464";
+  std::vector<int> pids;
+  std::string cmdline_match = "kafka.Kafka";
+  std::string cgroup;
+  std::vector<std::uint16_t> kafka_ports = {9092};
+  std::vector<std::uint16_t> object_store_ports = {443};
+  std::string key_layout = "aiven";
+  std::vector<std::string> virtual_host_suffixes;
+  std::vector<std::string> log_dirs;
+  std::string price_table = "aws-s3-standard-same-region";
+  std::size_t max_sensors = 10'000;
+  double idle_expiry_seconds = 900;
+  bool partition_label = false;
+  std::string state_dir = "/var/lib/fetchcost";
+  std::string audit_log_path;  // empty: no audit log
+  std::uint64_t audit_log_max_bytes = 100ull << 20;
+  int audit_log_keep = 5;
+  std::size_t ring_kib_per_cpu = 4096;
+  std::uint32_t capture_bytes = 4096;
+  std::vector<std::string> tls_libraries = {"openssl", "gnutls"};
+  bool attribution_enabled = true;
+};
+
+Result<Config> parse_config(std::string_view json_text);
+Result<Config> load_config(const std::string& path);
+
+}  // namespace fc::daemon
