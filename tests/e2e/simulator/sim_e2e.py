@@ -1,0 +1,361 @@
+#!/usr/bin/python3
+"""End-to-end tests of the tiered-broker simulator with real clients and a real S3 endpoint.
+
+usage: sim_e2e.py --broker BIN clients --client kcat|python|kafkajs|platformatic --transport T
+       sim_e2e.py --broker BIN scenario | storage-error | tls-listener | remote-fetch-modes
+
+Ground truth here is independent of the simulator's own code: message contents are recomputed
+from the documented rule, s3rver's request log counts GETs and bytes, and the raw Fetch requests
+below are encoded by hand.
+"""
+import argparse
+import importlib.machinery
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+scenario = importlib.machinery.SourceFileLoader(
+    "scenario", os.path.join(REPO, "tools", "scenario")).load_module()
+
+VALUE_SIZE = 700
+PARTITIONS = 2
+SEEDED = 1200  # messages per partition
+TOPIC = f"scan:{PARTITIONS}:{SEEDED}:{VALUE_SIZE}"
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+    print(f"  ok: {msg}")
+
+
+def expected_value(topic, partition, offset, size=VALUE_SIZE):
+    v = f"{topic}/{partition}/{offset}/"
+    return v + chr(97 + offset % 26) * max(0, size - len(v))
+
+
+def verify_rows(rows, want, from_zero):
+    """kcat rows: every message right, per-partition offsets consecutive."""
+    check(len(rows) == want, f"kcat delivered {len(rows)} of {want} messages")
+    last = {}
+    bad = 0
+    for t, p, o, k, v in rows:
+        if k != f"{t}/{p}/{o}" or v != expected_value(t, p, o):
+            bad += 1
+        if p in last:
+            check(o == last[p] + 1, f"partition {p} offsets consecutive") if o != last[p] + 1 else 0
+        elif from_zero:
+            check(o == 0, f"partition {p} starts at offset 0")
+        last[p] = o
+    check(bad == 0, "every message's key and value match the deterministic contents")
+    return {p: o for p, o in last.items()}
+
+
+def run_consumer(argv, timeout):
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        raise Failure(f"consumer printed no summary (exit {out.returncode}): "
+                      f"{out.stderr.strip()[-800:]}")
+    summary = json.loads(lines[-1])
+    check(out.returncode == 0 and summary["ok"],
+          f"{summary['client_id']}: {summary['messages']} messages, {summary['bad']} bad, "
+          f"{summary['gaps']} gaps")
+    return summary
+
+
+def consume(world, client, client_id, start, count, bootstrap=None, tls=False):
+    """Consumes with one of the four real clients; returns {partition: first offset}."""
+    bs = bootstrap or world.bootstrap
+    if client == "kcat":
+        extra = ["-X", "security.protocol=SSL", "-X",
+                 "enable.ssl.certificate.verification=false"] if tls else []
+        rows = scenario.kcat_consume(bs, "scan", client_id, "beginning" if start == "earliest"
+                                     else "end", count, extra=extra)
+        verify_rows(rows, count, start == "earliest")
+        first = {}
+        for _, p, o, _, _ in rows:
+            first.setdefault(p, o)
+        return first
+    common = ["--bootstrap", bs, "--topic", "scan", "--client-id", client_id, "--from", start,
+              "--count", str(count), "--value-size", str(VALUE_SIZE), "--timeout-s", "60"]
+    if tls:
+        common.append("--tls")
+    if client == "python":
+        argv = [scenario.CONSUME_PY] + common
+    else:
+        argv = ["node", scenario.CONSUME_MJS, "--lib", client, "--group",
+                f"group-{client_id}"] + common
+    s = run_consumer(argv, 90)
+    return {int(k.split("/")[1]): int(v["first"]) for k, v in s["partitions"].items()}
+
+
+def ledger_for(world, client_id):
+    return [e for e in world.admin("/ledger")["entries"] if e["client_id"] == client_id]
+
+
+def reconcile(world):
+    ok, rep = scenario.reconcile(world.workdir)
+    check(ok, f"ledger {rep['ledger']} equals s3rver's request log {rep['s3rver']}")
+    check(rep["s3rver"]["gets"] > 0, "the test caused remote GETs at all")
+    return rep
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_clients(world_args, client, transport):
+    world = scenario.World(tmpdir(), s3_transport=transport, topics=[TOPIC], chunk_size=32 * 1024,
+                           segment_bytes=96 * 1024, produce_interval_ms=100, **world_args)
+    with world:
+        topics = world.admin("/topics")
+        local_start = {p["partition"]: p["local_log_start_offset"] for p in topics[0]["partitions"]}
+        check(all(v > 0 for v in local_start.values()),
+              f"older segments exist only in the remote tier (local log start {local_start})")
+        scan_id = f"{client}-{transport}-scan"
+        first = consume(world, client, scan_id, "earliest", PARTITIONS * SEEDED)
+        check(all(first.get(p) == 0 for p in range(PARTITIONS)),
+              f"{client} read every partition from offset 0 (remote tier)")
+        entries = ledger_for(world, scan_id)
+        check(entries and entries[0]["gets"] > 0 and entries[0]["bytes"] > 0,
+              f"ledger attributes remote GETs to {scan_id}: {entries and entries[0]['gets']} GETs")
+        tail_id = f"{client}-{transport}-tail"
+        hwm_before = {p["partition"]: p["high_watermark"]
+                      for p in world.admin("/topics")[0]["partitions"]}
+        first = consume(world, client, tail_id, "latest", 40)
+        check(all(first[p] >= hwm_before[p] for p in first),
+              f"{client} tailed from the latest offsets {first} (local tier)")
+        check(not ledger_for(world, tail_id), f"{tail_id} caused no remote GETs")
+    reconcile(world)
+
+
+def test_scenario(world_args):
+    world = scenario.World(tmpdir(), topics=["scan:3:1500:1000"], chunk_size=128 * 1024,
+                           segment_bytes=256 * 1024, produce_interval_ms=100, **world_args)
+    with world:
+        world.start_tenants(topic="scan", value_size=1000)
+        pid = world.broker.pid
+        names = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        check(names.count("data-plane-kafk") >= 1 + 2 + 4,
+              f"acceptor, network and handler threads are named data-plane-kafk "
+              f"({names.count('data-plane-kafk')})")
+        check(names.count("remote-log-read") == 4,
+              f"the remote reader pool is named remote-log-read ({names.count('remote-log-read')})")
+        # On-disk layout, as fetchcost's tier stage reads it.
+        logs = world.info["broker"]["log_dirs"]
+        for t in world.admin("/topics"):
+            for p in t["partitions"]:
+                d = os.path.join(logs, f"{t['name']}-{p['partition']}")
+                with open(os.path.join(d, "partition.metadata")) as f:
+                    meta = f.read()
+                check(f"topic_id: {t['topic_id']}" in meta and len(t["topic_id"]) == 22,
+                      f"{d}/partition.metadata carries the topic id")
+                files = sorted(x for x in os.listdir(d) if x.endswith(".log"))
+                check(all(len(x) == 24 for x in files) and
+                      int(files[0][:20]) == p["local_log_start_offset"] > 0,
+                      f"{d}: local segments {files} start at the local log start offset")
+        time.sleep(20)
+        procs = {name: proc for name, proc, _ in world.procs}
+        check(all(procs[n].poll() is None for n in procs),
+              "every tenant, the broker and s3rver are still running after 20 s")
+        ledger = world.admin("/ledger")
+        pids = [p.pid for _, p, _ in world.procs]
+    # Stopped: every tenant's summary says its messages were right, nobody is left behind.
+    for name in ["tail-python", "tail-kafkajs", "small-fetch-platformatic", "analytics-1",
+                 "analytics-2", "analytics-3"]:
+        with open(world.path(f"{name}.log")) as f:
+            lines = [l for l in f.read().splitlines() if l.startswith("{")]
+        check(lines and json.loads(lines[-1])["ok"] and json.loads(lines[-1])["messages"] > 0,
+              f"{name}: {lines and json.loads(lines[-1])['messages']} messages, all correct")
+    alive = [p for p in pids if os.path.exists(f"/proc/{p}") and
+             open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+    check(not alive, "no process outlives the scenario")
+    by_client = {}
+    for e in ledger["entries"]:
+        by_client.setdefault(e["client_id"], []).append(e)
+    for c in ["scanner-kcat", "small-fetch-platformatic"]:
+        check(c in by_client and by_client[c][0]["gets"] > 0, f"{c} has remote GETs in the ledger")
+    analytics = [by_client.get(f"analytics-{i}", [{}])[0] for i in (1, 2, 3)]
+    check(all(a.get("group_id") == "analytics" and a.get("gets", 0) > 0 for a in analytics),
+          "each analytics group member has remote GETs attributed with group_id analytics")
+    check("tail-python" not in by_client and "tail-kafkajs" not in by_client,
+          "tailing consumers cause no remote GETs")
+    reconcile(world)
+
+
+def test_storage_error(world_args):
+    world = scenario.World(tmpdir(), topics=["scan:1:1500:1000"], produce_interval_ms=0,
+                           **world_args)
+    with world:
+        key = world.admin("/topics")[0]["partitions"][0]["segments"][0]["object"] + ".log"
+        req = urllib.request.Request(f"http://127.0.0.1:{world.info['s3']['port']}/tiered/{key}",
+                                     method="DELETE")
+        check(urllib.request.urlopen(req).status == 204, f"deleted {key} from s3rver")
+        errors = [raw_fetch(world.bootstrap, [("scan", 0, 0)])[("scan", 0)][0]]
+        check(errors == [56], f"a raw Fetch of the lost segment answers KAFKA_STORAGE_ERROR {errors}")
+        p = subprocess.Popen(["kcat", "-C", "-b", world.bootstrap, "-t", "scan", "-o", "beginning",
+                              "-c", "1", "-X", "client.id=victim", "-X", "debug=fetch"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        p.kill()
+        _, err = p.communicate()
+        check("Disk error" in err, "kcat (librdkafka) reports the broker's storage error")
+        victim = ledger_for(world, "victim")
+        check(victim and victim[0]["errors"] > 0, "the failed GETs are in victim's ledger entry")
+    rep = reconcile(world)
+    check(rep["s3rver"]["errors"] > 0, f"s3rver logged {rep['s3rver']['errors']} failed GETs")
+
+
+def test_tls_listener(world_args):
+    world = scenario.World(tmpdir(), topics=[TOPIC], tls_listener=True, produce_interval_ms=0,
+                           chunk_size=32 * 1024, segment_bytes=96 * 1024, **world_args)
+    with world:
+        bs = world.info["broker"]["tls_bootstrap"]
+        for client in ["kcat", "python", "kafkajs", "platformatic"]:
+            first = consume(world, client, f"{client}-tls", "earliest", PARTITIONS * SEEDED,
+                            bootstrap=bs, tls=True)
+            check(all(first.get(p) == 0 for p in range(PARTITIONS)),
+                  f"{client} consumed through the SSL listener from offset 0")
+    reconcile(world)
+
+
+def test_remote_fetch_modes(world_args):
+    parts = [("scan", 0, 0), ("scan", 1, 0), ("scan", 2, 0)]
+    for flags, want_with_records in [([], 1), (["--kafka-4-2"], 3)]:
+        world = scenario.World(tmpdir(), topics=["scan:3:1000:1000"], produce_interval_ms=0,
+                               extra_broker_args=flags, **world_args)
+        with world:
+            before = world.admin("/stats")["remote_reads"]
+            res = raw_fetch(world.bootstrap, parts)
+            with_records = sum(1 for err, n in res.values() if err == 0 and n > 0)
+            check(with_records == want_with_records,
+                  f"{flags or 'default (Kafka <= 4.1)'}: {with_records} of 3 remote partitions "
+                  f"carry records")
+            check(world.admin("/stats")["remote_reads"] - before == want_with_records,
+                  "remote reads started match")
+        reconcile(world)
+    world = scenario.World(tmpdir(), topics=["scan:1:1000:1000"], produce_interval_ms=0,
+                           extra_broker_args=["--remote-fetch-max-wait-ms", "0"], **world_args)
+    with world:
+        empties = 0
+        for _ in range(5):
+            err, n = raw_fetch(world.bootstrap, [("scan", 0, 0)])[("scan", 0)]
+            empties += err == 0 and n == 0
+        time.sleep(0.5)
+        stats = world.admin("/stats")
+        check(empties > 0 and stats["remote_read_timeouts"] > 0,
+              f"remote.fetch.max.wait=0: {empties}/5 responses went out without the remote data")
+    reconcile(world)
+
+
+# A hand-written Fetch v4 (independent of the simulator's encoder): {(topic, p): (error, bytes)}
+def raw_fetch(bootstrap, parts, max_wait_ms=500):
+    host, port = bootstrap.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    client = b"raw-fetch"
+    body = struct.pack(">iiiib", -1, max_wait_ms, 1, 50 << 20, 0)
+    topics = {}
+    for t, p, o in parts:
+        topics.setdefault(t, []).append((p, o))
+    body += struct.pack(">i", len(topics))
+    for t, ps in topics.items():
+        body += struct.pack(">h", len(t)) + t.encode() + struct.pack(">i", len(ps))
+        for p, o in ps:
+            body += struct.pack(">iqi", p, o, 1 << 20)
+    req = struct.pack(">hhih", 1, 4, 7, len(client)) + client + body
+    s.sendall(struct.pack(">i", len(req)) + req)
+
+    def read(n):
+        buf = b""
+        while len(buf) < n:
+            chunk = s.recv(n - len(buf))
+            if not chunk:
+                raise Failure("broker closed the connection")
+            buf += chunk
+        return buf
+
+    size = struct.unpack(">i", read(4))[0]
+    data = read(size)
+    s.close()
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        v = struct.unpack_from(fmt, data, pos)
+        pos += struct.calcsize(fmt)
+        return v
+
+    corr, throttle, nt = take(">iii")
+    out = {}
+    for _ in range(nt):
+        (ln,) = take(">h")
+        name = data[pos:pos + ln].decode()
+        pos += ln
+        (np_,) = take(">i")
+        for _ in range(np_):
+            p, err, hwm, lso, naborted = take(">ihqqi")
+            pos += max(naborted, 0) * 16
+            (nrec,) = take(">i")
+            pos += max(nrec, 0)
+            out[(name, p)] = (err, max(nrec, 0))
+    return out
+
+
+_dirs = []
+
+
+def tmpdir():
+    d = tempfile.mkdtemp(prefix="sim-e2e-")
+    _dirs.append(d)
+    return d
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--broker", required=True, help="tiered-broker binary")
+    ap.add_argument("--keep", action="store_true", help="keep work directories")
+    sub = ap.add_subparsers(dest="test", required=True)
+    c = sub.add_parser("clients")
+    c.add_argument("--client", required=True, choices=["kcat", "python", "kafkajs", "platformatic"])
+    c.add_argument("--transport", required=True, choices=["http", "openssl", "gnutls"])
+    for name in ["scenario", "storage-error", "tls-listener", "remote-fetch-modes"]:
+        sub.add_parser(name)
+    a = ap.parse_args()
+    world_args = {"broker_bin": a.broker}
+    ok = False
+    try:
+        if a.test == "clients":
+            test_clients(world_args, a.client, a.transport)
+        else:
+            {"scenario": test_scenario, "storage-error": test_storage_error,
+             "tls-listener": test_tls_listener,
+             "remote-fetch-modes": test_remote_fetch_modes}[a.test](world_args)
+        ok = True
+    except (Failure, RuntimeError, subprocess.TimeoutExpired) as e:
+        print(f"FAIL: {e}", file=sys.stderr)
+    finally:
+        if ok and not a.keep:
+            for d in _dirs:
+                shutil.rmtree(d, ignore_errors=True)
+        elif _dirs:
+            print(f"work directories kept: {' '.join(_dirs)}", file=sys.stderr)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
