@@ -317,11 +317,11 @@ static __always_inline struct conn_state* new_conn(__u64 key, struct sock* sk, _
   ev.peer_port = st.peer_port;
   ev.origin = origin;
   if (family == AF_INET) {
-    BPF_CORE_READ_INTO(ev.local_addr, sk, __sk_common.skc_rcv_saddr);
-    BPF_CORE_READ_INTO(ev.peer_addr, sk, __sk_common.skc_daddr);
+    bpf_core_read(ev.local_addr, 4, &sk->__sk_common.skc_rcv_saddr);
+    bpf_core_read(ev.peer_addr, 4, &sk->__sk_common.skc_daddr);
   } else {
-    BPF_CORE_READ_INTO(ev.local_addr, sk, __sk_common.skc_v6_rcv_saddr);
-    BPF_CORE_READ_INTO(ev.peer_addr, sk, __sk_common.skc_v6_daddr);
+    bpf_core_read(ev.local_addr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+    bpf_core_read(ev.peer_addr, 16, &sk->__sk_common.skc_v6_daddr);
   }
   struct conn_state* live = bpf_map_lookup_elem(&conns, &key);
   if (live) {
@@ -555,15 +555,29 @@ static __always_inline __u64 synthetic_conn_id(void) {
   return FC_CONN_ID_SYNTHETIC | (__sync_fetch_and_add(&next_conn_id, 1) + 1);
 }
 
-static __always_inline int sc_enter(struct trace_event_raw_sys_enter* ctx) {
+/* The record layout of tracepoint/syscalls/sys_{enter,exit}_* (stable ABI of the syscall
+ * tracepoints: `struct syscall_trace_enter/exit` in the kernel, not raw_syscalls' layout). */
+struct fc_syscall_enter {
+  __u64 ent; /* struct trace_entry */
+  __s32 nr;
+  __s32 pad;
+  __u64 args[6]; /* only as many as the syscall has; the rest is not ours to read */
+};
+struct fc_syscall_exit {
+  __u64 ent;
+  __s32 nr;
+  __s32 pad;
+  __s64 ret;
+};
+
+static __always_inline int sc_enter(struct fc_syscall_enter* ctx) {
   __u64 pid_tgid = bpf_get_current_pid_tgid();
   if (!target_of(pid_tgid >> 32)) return 0;
   struct sc_args a = {};
-  a.nr = BPF_CORE_READ(ctx, id);
-  a.args[0] = BPF_CORE_READ(ctx, args[0]);
-  a.args[1] = BPF_CORE_READ(ctx, args[1]);
-  a.args[2] = BPF_CORE_READ(ctx, args[2]);
-  a.args[3] = BPF_CORE_READ(ctx, args[3]);
+  a.nr = ctx->nr;
+  /* Probe-read: a syscall with fewer than four arguments has a shorter record; the extra
+   * words are never used for it. */
+  bpf_probe_read_kernel(a.args, sizeof(a.args), ctx->args);
   __u32 tid = (__u32)pid_tgid;
   if (a.nr == NR_close) { /* nothing to wait for: report and forget the connection now */
     struct sock* sk = sock_of_fd((__s32)a.args[0]);
@@ -593,7 +607,7 @@ static __always_inline __u32 mmsg_total(__u64 vec, long n) {
   return total;
 }
 
-static __always_inline int sc_exit(struct trace_event_raw_sys_exit* ctx) {
+static __always_inline int sc_exit(struct fc_syscall_exit* ctx) {
   __u64 pid_tgid = bpf_get_current_pid_tgid();
   struct fc_target* t = target_of(pid_tgid >> 32);
   if (!t) return 0;
@@ -602,7 +616,7 @@ static __always_inline int sc_exit(struct trace_event_raw_sys_exit* ctx) {
   if (!ap) return 0;
   struct sc_args a = *ap;
   bpf_map_delete_elem(&sc_inflight, &tid);
-  long ret = BPF_CORE_READ(ctx, ret);
+  long ret = ctx->ret;
 
   if (a.nr == NR_accept || a.nr == NR_accept4 || a.nr == NR_connect) {
     if (a.nr == NR_connect && ret != 0 && ret != -115 /* EINPROGRESS */) return 0;
@@ -658,11 +672,11 @@ static __always_inline int sc_exit(struct trace_event_raw_sys_exit* ctx) {
 
 #define SC_PAIR(name)                                                     \
   SEC("tracepoint/syscalls/sys_enter_" #name)                             \
-  int sc_enter_##name(struct trace_event_raw_sys_enter* ctx) {            \
+  int sc_enter_##name(struct fc_syscall_enter* ctx) {                    \
     return sc_enter(ctx);                                                 \
   }                                                                       \
   SEC("tracepoint/syscalls/sys_exit_" #name)                              \
-  int sc_exit_##name(struct trace_event_raw_sys_exit* ctx) {              \
+  int sc_exit_##name(struct fc_syscall_exit* ctx) {                      \
     return sc_exit(ctx);                                                  \
   }
 
@@ -682,7 +696,7 @@ SC_PAIR(accept4)
 SC_PAIR(connect)
 
 SEC("tracepoint/syscalls/sys_enter_close")
-int sc_enter_close(struct trace_event_raw_sys_enter* ctx) { return sc_enter(ctx); }
+int sc_enter_close(struct fc_syscall_enter* ctx) { return sc_enter(ctx); }
 
 /* ---------------------------------------------------------------------------------------- */
 /* TLS uprobes (both variants). Attached per target process and library by userspace.        */

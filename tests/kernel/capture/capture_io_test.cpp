@@ -1,0 +1,465 @@
+// Kernel test: every data syscall variant on a loopback TCP connection, IPv4 and IPv6, on both
+// capture variants. The events of each connection and direction must reassemble to exactly the
+// bytes sent, with exact positions and lengths, and holes exactly where the caps put them.
+// Also: fd reuse gives a new generation, close events carry the byte counts, and a process that
+// is not a target produces nothing.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "harness.h"
+#include "testing.h"
+
+using namespace fc::capture_test;
+using fc::capture::Variant;
+
+namespace {
+
+enum class Sys { Write, Writev, Sendto, Sendmsg, Sendfile, Sendmmsg, Read, Readv, Recvfrom, Recvmsg, Recvmmsg };
+
+struct Step {
+  Sys send;
+  std::vector<std::size_t> send_iov;  // sizes (Sendmmsg: one message per entry)
+  Sys recv;
+  std::vector<std::size_t> recv_iov;
+  std::size_t total() const { return std::accumulate(send_iov.begin(), send_iov.end(), std::size_t{0}); }
+};
+
+// Client -> server, then server -> client.
+const std::vector<Step> kForward = {
+    {Sys::Write, {100}, Sys::Read, {100}},
+    {Sys::Write, {5000}, Sys::Read, {5000}},
+    {Sys::Writev, {10, 400, 0, 2000}, Sys::Readv, {1000, 1410}},
+    {Sys::Sendto, {700}, Sys::Recvfrom, {700}},
+    {Sys::Sendmsg, {50, 50, 2000}, Sys::Recvmsg, {30, 2070}},
+    {Sys::Sendfile, {3000}, Sys::Read, {3000}},
+    {Sys::Writev, {100, 100, 100, 100, 100, 100, 100, 100, 100, 100}, Sys::Readv, {1000}},
+    {Sys::Sendmmsg, {200, 300}, Sys::Recvmmsg, {500}},
+};
+const std::vector<Step> kBackward = {
+    {Sys::Write, {1500}, Sys::Readv, {500, 500, 500}},
+    {Sys::Writev, {20, 3000}, Sys::Recvmsg, {3020}},
+    {Sys::Sendmsg, {64, 64, 64}, Sys::Read, {192}},
+};
+
+std::string step_bytes(std::size_t step, bool forward, std::size_t n) {
+  return pattern(n, static_cast<unsigned>(step * 2 + (forward ? 0 : 1)));
+}
+
+bool wait_inq(int fd, std::size_t n) {
+  for (int i = 0; i < 2000; ++i) {
+    int inq = 0;
+    if (ioctl(fd, FIONREAD, &inq) == 0 && static_cast<std::size_t>(inq) >= n) return true;
+    usleep(1000);
+  }
+  return false;
+}
+
+bool do_send(int fd, const Step& s, const std::string& bytes) {
+  std::vector<iovec> iov;
+  std::size_t off = 0;
+  for (std::size_t len : s.send_iov) {
+    iov.push_back({const_cast<char*>(bytes.data() + off), len});
+    off += len;
+  }
+  ssize_t r = -1;
+  switch (s.send) {
+    case Sys::Write: r = write(fd, bytes.data(), bytes.size()); break;
+    case Sys::Writev: r = writev(fd, iov.data(), static_cast<int>(iov.size())); break;
+    case Sys::Sendto: r = sendto(fd, bytes.data(), bytes.size(), 0, nullptr, 0); break;
+    case Sys::Sendmsg: {
+      msghdr m{};
+      m.msg_iov = iov.data();
+      m.msg_iovlen = iov.size();
+      r = sendmsg(fd, &m, 0);
+      break;
+    }
+    case Sys::Sendfile: {
+      char path[] = "/tmp/fc-sendfile-XXXXXX";
+      int f = mkstemp(path);
+      if (f < 0 || write(f, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) return false;
+      unlink(path);
+      off_t start = 0;
+      r = sendfile(fd, f, &start, bytes.size());
+      close(f);
+      break;
+    }
+    case Sys::Sendmmsg: {
+      std::vector<mmsghdr> msgs(iov.size());
+      for (std::size_t i = 0; i < iov.size(); ++i) {
+        msgs[i] = {};
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+      }
+      int sent = sendmmsg(fd, msgs.data(), static_cast<unsigned>(msgs.size()), 0);
+      if (sent != static_cast<int>(msgs.size())) return false;
+      r = static_cast<ssize_t>(bytes.size());
+      break;
+    }
+    default: return false;
+  }
+  return r == static_cast<ssize_t>(bytes.size());
+}
+
+bool do_recv(int fd, const Step& s, const std::string& expect) {
+  if (!wait_inq(fd, expect.size())) return false;
+  std::string got(expect.size(), '\0');
+  std::vector<iovec> iov;
+  std::size_t off = 0;
+  for (std::size_t len : s.recv_iov) {
+    iov.push_back({got.data() + off, len});
+    off += len;
+  }
+  ssize_t r = -1;
+  switch (s.recv) {
+    case Sys::Read: r = read(fd, got.data(), got.size()); break;
+    case Sys::Readv: r = readv(fd, iov.data(), static_cast<int>(iov.size())); break;
+    case Sys::Recvfrom: r = recvfrom(fd, got.data(), got.size(), 0, nullptr, nullptr); break;
+    case Sys::Recvmsg: {
+      msghdr m{};
+      m.msg_iov = iov.data();
+      m.msg_iovlen = iov.size();
+      r = recvmsg(fd, &m, 0);
+      break;
+    }
+    case Sys::Recvmmsg: {
+      mmsghdr msg{};
+      msg.msg_hdr.msg_iov = iov.data();
+      msg.msg_hdr.msg_iovlen = 1;
+      int n = recvmmsg(fd, &msg, 1, 0, nullptr);
+      r = n == 1 ? static_cast<ssize_t>(msg.msg_len) : -1;
+      break;
+    }
+    default: return false;
+  }
+  return r == static_cast<ssize_t>(expect.size()) && got == expect;
+}
+
+struct Loopback {
+  int listener = -1, client = -1, server = -1;
+  std::uint16_t listen_port = 0, client_port = 0;
+};
+
+bool open_loopback(int family, Loopback& lb) {
+  lb.listener = socket(family, SOCK_STREAM, 0);
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof(*a);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_loopback;
+    len = sizeof(*a);
+  }
+  if (bind(lb.listener, reinterpret_cast<sockaddr*>(&ss), len) != 0) return false;
+  if (listen(lb.listener, 4) != 0) return false;
+  getsockname(lb.listener, reinterpret_cast<sockaddr*>(&ss), &len);
+  lb.client = socket(family, SOCK_STREAM, 0);
+  if (connect(lb.client, reinterpret_cast<sockaddr*>(&ss), len) != 0) return false;
+  lb.server = accept(lb.listener, nullptr, nullptr);
+  if (lb.server < 0) return false;
+  int one = 1;
+  setsockopt(lb.client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(lb.server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  sockaddr_storage mine{};
+  socklen_t mlen = sizeof(mine);
+  getsockname(lb.client, reinterpret_cast<sockaddr*>(&mine), &mlen);
+  lb.listen_port = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                           : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  lb.client_port = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&mine)->sin_port
+                                           : reinterpret_cast<sockaddr_in6*>(&mine)->sin6_port);
+  return true;
+}
+
+int io_scenario(Child& self, int family) {
+  Loopback lb;
+  if (!open_loopback(family, lb)) return 10;
+  self.report(lb.listen_port);
+  self.report(lb.client_port);
+  self.report(lb.client);
+  self.report(lb.server);
+  self.wait_parent();  // the parent sets port rules now
+  for (std::size_t i = 0; i < kForward.size(); ++i) {
+    const std::string b = step_bytes(i, true, kForward[i].total());
+    if (!do_send(lb.client, kForward[i], b)) return 20 + static_cast<int>(i);
+    if (!do_recv(lb.server, kForward[i], b)) return 40 + static_cast<int>(i);
+  }
+  for (std::size_t i = 0; i < kBackward.size(); ++i) {
+    const std::string b = step_bytes(i, false, kBackward[i].total());
+    if (!do_send(lb.server, kBackward[i], b)) return 60 + static_cast<int>(i);
+    if (!do_recv(lb.client, kBackward[i], b)) return 70 + static_cast<int>(i);
+  }
+  self.report(1);
+  self.wait_parent();
+  return 0;
+}
+
+fc_u8 source_of(Sys s) {
+  switch (s) {
+    case Sys::Write: return FC_SRC_WRITE;
+    case Sys::Writev: return FC_SRC_WRITEV;
+    case Sys::Sendto: return FC_SRC_SENDTO;
+    case Sys::Sendmsg: return FC_SRC_SENDMSG;
+    case Sys::Sendfile: return FC_SRC_SENDFILE;
+    case Sys::Sendmmsg: return FC_SRC_SENDMMSG;
+    case Sys::Read: return FC_SRC_READ;
+    case Sys::Readv: return FC_SRC_READV;
+    case Sys::Recvfrom: return FC_SRC_RECVFROM;
+    case Sys::Recvmsg: return FC_SRC_RECVMSG;
+    case Sys::Recvmmsg: return FC_SRC_RECVMMSG;
+  }
+  return FC_SRC_UNKNOWN;
+}
+
+// The capture rule, stated from the test's side: plain calls copy a prefix up to the call cap;
+// vectored calls copy each iovec's prefix up to the iovec cap until the call cap is used up,
+// for at most FC_MAX_SEGMENTS iovecs; sendfile and the mmsg calls copy nothing.
+std::vector<fc_segment> expected_segments(Sys sys, const std::vector<std::size_t>& iov,
+                                          std::size_t n, const fc::capture::Policy& p,
+                                          bool& truncated) {
+  std::vector<fc_segment> out;
+  truncated = false;
+  switch (sys) {
+    case Sys::Write: case Sys::Read: case Sys::Sendto: case Sys::Recvfrom:
+      if (p.bytes_per_call) out.push_back({0, static_cast<fc_u32>(std::min<std::size_t>(n, p.bytes_per_call))});
+      return out;
+    case Sys::Writev: case Sys::Readv: case Sys::Sendmsg: case Sys::Recvmsg: {
+      std::size_t off = 0, captured = 0, i = 0;
+      for (; i < iov.size() && i < FC_MAX_SEGMENTS && off < n; ++i) {
+        std::size_t seg = std::min(iov[i], n - off);
+        std::size_t want = std::min({seg, std::size_t{p.bytes_per_iovec}, p.bytes_per_call - captured});
+        if (want) out.push_back({static_cast<fc_u32>(off), static_cast<fc_u32>(want)});
+        captured += want;
+        off += seg;
+      }
+      truncated = off < n && i >= FC_MAX_SEGMENTS;
+      return out;
+    }
+    default: return out;
+  }
+}
+
+// Checks one direction of one connection against the steps that fed it.
+void check_stream(const std::vector<Record>& all, fc_u64 conn_id, fc_u8 dir,
+                  const std::vector<Step>& steps, bool forward, bool sending_side,
+                  const fc::capture::Policy& policy, Variant variant, fc_u8 role) {
+  std::vector<Record> evs;
+  for (const auto& r : all)
+    if (r.is_data && r.common.kind == FC_EVENT_DATA && r.common.conn_id == conn_id && r.data.direction == dir)
+      evs.push_back(r);
+  std::sort(evs.begin(), evs.end(), [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
+  std::size_t step_start = 0, ei = 0;
+  for (std::size_t si = 0; si < steps.size(); ++si) {
+    const Step& s = steps[si];
+    const Sys sys = sending_side ? s.send : s.recv;
+    const auto& iov = sending_side ? s.send_iov : s.recv_iov;
+    const std::string bytes = step_bytes(si, forward, s.total());
+    // The sock tracepoints see each message of sendmmsg separately; everything else is one call.
+    std::vector<std::size_t> calls = {s.total()};
+    if (sys == Sys::Sendmmsg && variant == Variant::kSockTracepoints) calls = s.send_iov;
+    std::size_t call_start = step_start;
+    for (std::size_t n : calls) {
+      INFO("step " << si << (sending_side ? " send" : " recv") << " dir " << int(dir) << " pos " << call_start);
+      REQUIRE(ei < evs.size());
+      const Record& e = evs[ei++];
+      CHECK(e.data.stream_pos == call_start);
+      CHECK(e.data.length == n);
+      CHECK(e.data.source == source_of(sys));
+      CHECK(e.common.role == role);
+      bool truncated = false;
+      auto want = expected_segments(sys, iov, n, policy, truncated);
+      REQUIRE(e.segments.size() == want.size());
+      std::size_t p = 0;
+      for (std::size_t k = 0; k < want.size(); ++k) {
+        CHECK(e.segments[k].offset == want[k].offset);
+        CHECK(e.segments[k].length == want[k].length);
+        const std::size_t at = call_start - step_start + want[k].offset;
+        CHECK(e.payload.substr(p, want[k].length) == bytes.substr(at, want[k].length));
+        p += want[k].length;
+      }
+      CHECK(e.payload.size() == p);
+      CHECK(bool(e.common.flags & FC_FLAG_TRUNCATED_SEGS) == truncated);
+      CHECK((e.common.flags & FC_FLAG_COPY_FAULT) == 0);
+      call_start += n;
+    }
+    step_start += s.total();
+  }
+  CHECK(ei == evs.size());  // nothing extra: no duplicate or phantom events
+}
+
+const fc::capture::Policy kDefault{1000, 300, FC_ROLE_OTHER};
+const fc::capture::Policy kServer{64, 64, FC_ROLE_KAFKA_CLIENT};
+
+void run_io(Variant variant, int family) {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  Collector col({.ring_bytes_per_cpu = 8 << 20, .default_policy = kDefault, .variant = variant});
+  REQUIRE(col.capture->variant() == variant);
+
+  Child target([family](Child& c) { return io_scenario(c, family); });
+  Child other([family](Child& c) { return io_scenario(c, family); });
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  other.go();
+  const auto listen_port = static_cast<std::uint16_t>(target.receive());
+  const auto client_port = static_cast<std::uint16_t>(target.receive());
+  const int client_fd = static_cast<int>(target.receive());
+  const int server_fd = static_cast<int>(target.receive());
+  for (int i = 0; i < 4; ++i) other.receive();
+  // The broker-side socket (local port = listener) is a Kafka client connection.
+  REQUIRE(col.capture->set_port_policy(listen_port, false, kServer).ok());
+  target.nod();
+  other.nod();
+  CHECK(target.receive() == 1);
+  CHECK(other.receive() == 1);
+  col.drain(10);
+  target.nod();
+  other.nod();
+  CHECK(target.wait() == 0);
+  CHECK(other.wait() == 0);
+  col.capture->clear_port_policy(listen_port, false);
+
+  for (const auto& r : col.records) CHECK_MESSAGE(r.common.tgid != static_cast<fc_u32>(other.pid()), "a non-target produced an event");
+
+  // Connection events: one per socket, with addresses, fds and generation 1.
+  fc_u64 client_conn = 0, server_conn = 0;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_CONNECT)) {
+    if (r.conn.origin == FC_ORIGIN_PROC_SCAN) continue;
+    CHECK(r.conn.family == family);
+    CHECK(r.common.generation == 1);
+    CHECK(r.common.conn_id != 0);
+    std::uint8_t loop[16] = {};
+    if (family == AF_INET) {
+      in_addr a{htonl(INADDR_LOOPBACK)};
+      std::memcpy(loop, &a, 4);
+    } else {
+      std::memcpy(loop, &in6addr_loopback, 16);
+    }
+    CHECK(std::memcmp(r.conn.local_addr, loop, 16) == 0);
+    CHECK(std::memcmp(r.conn.peer_addr, loop, 16) == 0);
+    if (r.conn.local_port == client_port && r.conn.peer_port == listen_port) {
+      CHECK(client_conn == 0);
+      client_conn = r.common.conn_id;
+      CHECK(r.common.fd == client_fd);
+      CHECK(r.common.role == FC_ROLE_OTHER);
+      if (variant == Variant::kSyscallTracepoints) CHECK(r.conn.origin == FC_ORIGIN_CONNECT);
+    } else if (r.conn.local_port == listen_port && r.conn.peer_port == client_port) {
+      CHECK(server_conn == 0);
+      server_conn = r.common.conn_id;
+      CHECK(r.common.fd == server_fd);
+      if (variant == Variant::kSyscallTracepoints) CHECK(r.conn.origin == FC_ORIGIN_ACCEPT);
+    } else {
+      FAIL("unexpected connection event, ports " << r.conn.local_port << " -> " << r.conn.peer_port);
+    }
+  }
+  REQUIRE(client_conn != 0);
+  REQUIRE(server_conn != 0);
+  CHECK(client_conn != server_conn);
+
+  check_stream(col.records, client_conn, FC_DIR_SEND, kForward, true, true, kDefault, variant, FC_ROLE_OTHER);
+  check_stream(col.records, server_conn, FC_DIR_RECV, kForward, true, false, kServer, variant, FC_ROLE_KAFKA_CLIENT);
+  check_stream(col.records, server_conn, FC_DIR_SEND, kBackward, false, true, kServer, variant, FC_ROLE_KAFKA_CLIENT);
+  check_stream(col.records, client_conn, FC_DIR_RECV, kBackward, false, false, kDefault, variant, FC_ROLE_OTHER);
+
+  const auto totals = col.capture->totals();
+  CHECK(totals.drops == 0);
+  CHECK(totals.copy_faults == 0);
+}
+
+// fd reuse: close a connection, open another that gets the same fd numbers.
+int reuse_scenario(Child& self, int family) {
+  for (int round = 0; round < 2; ++round) {
+    Loopback lb;
+    if (!open_loopback(family, lb)) return 10;
+    const std::string msg = pattern(100 + round, 7);
+    if (write(lb.client, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size())) return 11;
+    std::string got(msg.size(), '\0');
+    if (!wait_inq(lb.server, msg.size()) || read(lb.server, got.data(), got.size()) != static_cast<ssize_t>(got.size())) return 12;
+    self.report(lb.client);
+    self.report(lb.server);
+    self.report(lb.client_port);
+    close(lb.client);
+    close(lb.server);
+    close(lb.listener);
+    usleep(50000);
+  }
+  self.wait_parent();
+  return 0;
+}
+
+void run_reuse(Variant variant) {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  Collector col({.ring_bytes_per_cpu = 1 << 20, .default_policy = kDefault, .variant = variant});
+  Child target([](Child& c) { return reuse_scenario(c, AF_INET); });
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  int client_fd[2], server_fd[2], client_port[2];
+  for (int round = 0; round < 2; ++round) {
+    client_fd[round] = static_cast<int>(target.receive());
+    server_fd[round] = static_cast<int>(target.receive());
+    client_port[round] = static_cast<int>(target.receive());
+  }
+  CHECK(client_fd[0] == client_fd[1]);
+  CHECK(server_fd[0] == server_fd[1]);
+  usleep(200000);
+  col.drain(10);
+  target.nod();
+  CHECK(target.wait() == 0);
+
+  // Per (fd, round): the connection id and generation from the CONNECT events.
+  for (int fd_kind = 0; fd_kind < 2; ++fd_kind) {
+    const int fd = fd_kind == 0 ? client_fd[0] : server_fd[0];
+    std::vector<Record> conns;
+    for (const auto& r : col.of(target.pid(), FC_EVENT_CONNECT))
+      if (r.common.fd == fd && r.conn.origin != FC_ORIGIN_PROC_SCAN) conns.push_back(r);
+    REQUIRE(conns.size() == 2);
+    CHECK(conns[0].common.conn_id != conns[1].common.conn_id);
+    CHECK(conns[0].common.generation + 1 == conns[1].common.generation);
+    if (fd_kind == 0) {
+      CHECK(conns[0].conn.local_port == client_port[0]);
+      CHECK(conns[1].conn.local_port == client_port[1]);
+    }
+    // Data events carry the generation of their connection; the first closed with its bytes.
+    for (int round = 0; round < 2; ++round) {
+      bool data = false;
+      for (const auto& r : col.of(target.pid(), FC_EVENT_DATA))
+        if (r.common.conn_id == conns[round].common.conn_id) {
+          data = true;
+          CHECK(r.common.generation == conns[round].common.generation);
+          CHECK(r.data.length == static_cast<fc_u32>(100 + round));
+        }
+      CHECK(data);
+    }
+    bool closed = false;
+    for (const auto& r : col.of(target.pid(), FC_EVENT_CLOSE))
+      if (r.common.conn_id == conns[0].common.conn_id) {
+        closed = true;
+        CHECK(r.common.generation == conns[0].common.generation);
+        CHECK(r.conn.bytes[fd_kind == 0 ? FC_DIR_SEND : FC_DIR_RECV] == 100);
+      }
+    CHECK(closed);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every data syscall over IPv4, sock tracepoints") { run_io(Variant::kSockTracepoints, AF_INET); }
+TEST_CASE("every data syscall over IPv6, sock tracepoints") { run_io(Variant::kSockTracepoints, AF_INET6); }
+TEST_CASE("every data syscall over IPv4, syscall tracepoints") { run_io(Variant::kSyscallTracepoints, AF_INET); }
+TEST_CASE("every data syscall over IPv6, syscall tracepoints") { run_io(Variant::kSyscallTracepoints, AF_INET6); }
+TEST_CASE("fd reuse gives a new generation, sock tracepoints") { run_reuse(Variant::kSockTracepoints); }
+TEST_CASE("fd reuse gives a new generation, syscall tracepoints") { run_reuse(Variant::kSyscallTracepoints); }

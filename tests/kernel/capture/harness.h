@@ -1,0 +1,146 @@
+// Shared helpers for the capture kernel tests: a child process that runs a scenario when told
+// to (so it can be made a target first), and a collector that copies every record.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "capture/capture.h"
+
+namespace fc::capture_test {
+
+// A forked child. The scenario runs when go() is called; it talks back with report().
+class Child {
+ public:
+  explicit Child(std::function<int(Child&)> scenario) {
+    int go[2], back[2], cont[2];
+    REQUIRE(pipe(go) == 0);
+    REQUIRE(pipe(back) == 0);
+    REQUIRE(pipe(cont) == 0);
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      close(go[1]);
+      close(back[0]);
+      close(cont[1]);
+      report_fd_ = back[1];
+      continue_fd_ = cont[0];
+      char byte;
+      if (read(go[0], &byte, 1) != 1) _exit(90);
+      _exit(scenario(*this));
+    }
+    close(go[0]);
+    close(back[1]);
+    close(cont[0]);
+    go_fd_ = go[1];
+    report_fd_ = back[0];
+    continue_fd_ = cont[1];
+  }
+  ~Child() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(go_fd_);
+    close(report_fd_);
+    close(continue_fd_);
+  }
+  pid_t pid() const { return pid_; }
+  void go() {
+    char b = 'g';
+    REQUIRE(write(go_fd_, &b, 1) == 1);
+  }
+  // In the child: send a value to the parent / wait for the parent's nod.
+  void report(long long v) {
+    if (write(report_fd_, &v, sizeof(v)) != sizeof(v)) _exit(91);
+  }
+  void wait_parent() {
+    char b;
+    if (read(continue_fd_, &b, 1) != 1) _exit(92);
+  }
+  // In the parent.
+  long long receive() {
+    long long v = 0;
+    REQUIRE(read(report_fd_, &v, sizeof(v)) == sizeof(v));
+    return v;
+  }
+  void nod() {
+    char b = 'c';
+    REQUIRE(write(continue_fd_, &b, 1) == 1);
+  }
+  int wait() {
+    int status = 0;
+    REQUIRE(waitpid(pid_, &status, 0) == pid_);
+    reaped_ = true;
+    REQUIRE(WIFEXITED(status));
+    return WEXITSTATUS(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int go_fd_ = -1, report_fd_ = -1, continue_fd_ = -1;
+  bool reaped_ = false;
+};
+
+struct Record {
+  fc_event_common common{};
+  fc_data_event data{};
+  fc_conn_event conn{};
+  bool is_data = false;
+  std::string payload;
+  std::vector<fc_segment> segments;
+};
+
+struct Collector {
+  std::vector<Record> records;
+  std::unique_ptr<capture::Capture> capture;
+
+  explicit Collector(capture::Options options) {
+    auto opened = capture::Capture::open(options, [this](const capture::EventView& ev) {
+      Record r;
+      r.common = ev.common;
+      if (ev.data) {
+        r.is_data = true;
+        r.data = *ev.data;
+        r.payload.assign(ev.payload.begin(), ev.payload.end());
+        r.segments.assign(ev.segments.begin(), ev.segments.end());
+      }
+      if (ev.conn) r.conn = *ev.conn;
+      records.push_back(std::move(r));
+    });
+    REQUIRE_MESSAGE(opened.ok(), (opened.ok() ? "" : opened.error().message));
+    capture = std::move(opened.value());
+  }
+  void drain(int rounds = 5) {
+    for (int i = 0; i < rounds; ++i) REQUIRE(capture->poll(20).ok());
+  }
+  std::vector<Record> of(pid_t pid, fc_u16 kind) const {
+    std::vector<Record> out;
+    for (const auto& r : records)
+      if (r.common.tgid == static_cast<fc_u32>(pid) && r.common.kind == kind) out.push_back(r);
+    return out;
+  }
+};
+
+// Deterministic test bytes: stream `seed` byte i.
+inline std::string pattern(std::size_t n, unsigned seed) {
+  std::string s(n, '\0');
+  std::uint32_t x = seed * 2654435761u + 12345u;
+  for (auto& c : s) {
+    x = x * 1103515245u + 12345u;
+    c = static_cast<char>(x >> 16);
+  }
+  return s;
+}
+
+inline const char* variant_label(capture::Variant v) { return capture::variant_name(v); }
+
+}  // namespace fc::capture_test
