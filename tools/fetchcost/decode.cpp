@@ -48,7 +48,7 @@ class JsonSink : public fc::kafka::Sink {
     if (!ex.client_software_name.empty()) {
       j["client_software"] = ex.client_software_name + "/" + ex.client_software_version;
     }
-    if (ex.api_key == fc::kafka::api::kMetadata && ex.response_seen && ex.body_decoded) {
+    if (ex.api_key == fc::kafka::api::kMetadata && ex.response_seen && ex.api_version >= 10) {
       j["metadata_topics"] = ex.metadata_topics;
     }
     if (ex.api_key == fc::kafka::api::kFetch && ex.body_decoded) j["fetch"] = fetch_json(ex.fetch);
