@@ -287,7 +287,7 @@ void check_stream(const std::vector<Record>& all, fc_u64 conn_id, fc_u8 dir,
         CHECK(e.segments[k].offset == want[k].offset);
         CHECK(e.segments[k].length == want[k].length);
         const std::size_t at = call_start - step_start + want[k].offset;
-        CHECK(e.payload.substr(p, want[k].length) == bytes.substr(at, want[k].length));
+        CHECK((e.payload.substr(p, want[k].length) == bytes.substr(at, want[k].length)));
         p += want[k].length;
       }
       CHECK(e.payload.size() == p);

@@ -141,6 +141,12 @@ inline std::string pattern(std::size_t n, unsigned seed) {
   return s;
 }
 
+// True while `pid` has not exited (a zombie counts as exited).
+inline bool alive(pid_t pid) {
+  int status = 0;
+  return waitpid(pid, &status, WNOHANG) == 0;
+}
+
 inline const char* variant_label(capture::Variant v) { return capture::variant_name(v); }
 
 }  // namespace fc::capture_test
