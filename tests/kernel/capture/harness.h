@@ -3,6 +3,7 @@
 #pragma once
 
 #include <doctest/doctest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,6 +72,11 @@ class Child {
     long long v = 0;
     REQUIRE(read(report_fd_, &v, sizeof(v)) == sizeof(v));
     return v;
+  }
+  // True when a report is waiting (the parent can keep draining until then).
+  bool ready() {
+    pollfd p{report_fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
   }
   void nod() {
     char b = 'c';
