@@ -355,6 +355,8 @@ class NetThread {
 // ---------------------------------------------------------------------------------------------
 // Fetch sessions (incremental fetch, KIP-227)
 
+constexpr size_t kMaxFetchSessions = 1000;
+
 struct SessionPartition {
   int64_t fetch_offset = 0;
   int32_t max_bytes = 0;
@@ -368,7 +370,7 @@ struct FetchSession {
   // (topic, partition) in insertion order; topic is the topic name (ids resolved on entry).
   std::vector<std::pair<std::string, int32_t>> order;
   std::map<std::pair<std::string, int32_t>, SessionPartition> parts;
-  Clock::time_point last_used;
+  std::atomic<int64_t> last_used{0};  // steady clock ticks; read under sessions_mu_
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1224,9 +1226,18 @@ void Broker::fetch(Request& r, Reader& rd) {
   // Session handling (KIP-227).
   if (session_id == 0 && session_epoch == 0) {
     auto s = std::make_shared<FetchSession>();
+    s->last_used = Clock::now().time_since_epoch().count();
     {
       std::lock_guard lock(sessions_mu_);
+      // Like max.incremental.fetch.session.cache.slots: evict the least recently used session.
+      if (sessions_.size() >= kMaxFetchSessions) {
+        auto oldest = sessions_.begin();
+        for (auto it = sessions_.begin(); it != sessions_.end(); ++it)
+          if (it->second->last_used < oldest->second->last_used) oldest = it;
+        sessions_.erase(oldest);
+      }
       s->id = next_session_id_++;
+      if (next_session_id_ == INT32_MAX) next_session_id_ = 1;
       sessions_[s->id] = s;
     }
     for (auto& w : wanted) {
@@ -1251,6 +1262,7 @@ void Broker::fetch(Request& r, Reader& rd) {
       if (session_epoch != s->next_epoch) {
         plan->top_error = err::kInvalidFetchSessionEpoch;
       } else {
+        s->last_used = Clock::now().time_since_epoch().count();
         s->next_epoch = session_epoch == INT32_MAX ? 1 : session_epoch + 1;
         for (auto& f : forgotten) {
           s->parts.erase(f);

@@ -1,0 +1,129 @@
+// tiered-broker-load: drives a Kafka broker with Fetch v4 requests as fast as it answers and
+// prints the rate. Each connection keeps one request in flight, like a consumer. For measuring
+// the simulator (and fetchcost's overhead on it), not a test.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "wire.h"
+
+namespace {
+
+struct Conn {
+  int fd = -1;
+  std::string rbuf;
+  size_t sent_at = 0;
+  int32_t correlation = 0;
+};
+
+std::string fetch_request(const std::string& client_id, const std::string& topic, int partition,
+                          int64_t offset, int32_t max_wait_ms, int32_t max_bytes, int32_t corr) {
+  tb::Writer w;
+  w.i32(0);
+  w.i16(1);  // Fetch
+  w.i16(4);
+  w.i32(corr);
+  w.string(client_id);
+  w.i32(-1);  // replica id
+  w.i32(max_wait_ms);
+  w.i32(1);   // min bytes
+  w.i32(max_bytes);
+  w.i8(0);
+  w.i32(1);
+  w.string(topic);
+  w.i32(1);
+  w.i32(partition);
+  w.i64(offset);
+  w.i32(max_bytes);
+  w.put_i32_at(0, int32_t(w.size() - 4));
+  return std::move(w.buf());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tiered-broker-load: Fetch v4 load against a broker; prints fetch requests/s"};
+  std::string host = "127.0.0.1", topic = "scan", client_id = "load";
+  int port = 0, connections = 16, partition = 0, max_wait_ms = 0, max_bytes = 1024;
+  int64_t offset = -1;
+  double seconds = 5;
+  app.add_option("--host", host)->capture_default_str();
+  app.add_option("--port", port, "Kafka port")->required();
+  app.add_option("--topic", topic)->capture_default_str();
+  app.add_option("--partition", partition)->capture_default_str();
+  app.add_option("--offset", offset,
+                 "fetch offset (a local offset reads with sendfile, a remote one goes to S3; "
+                 "beyond the end gets OFFSET_OUT_OF_RANGE)")
+      ->required();
+  app.add_option("--max-bytes", max_bytes, "partition and response max bytes")
+      ->capture_default_str();
+  app.add_option("--max-wait-ms", max_wait_ms)->capture_default_str();
+  app.add_option("--connections", connections)->capture_default_str();
+  app.add_option("--seconds", seconds)->capture_default_str();
+  app.add_option("--client-id", client_id)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  int ep = epoll_create1(0);
+  std::vector<Conn> conns(connections);
+  std::string req = fetch_request(client_id, topic, partition, offset, max_wait_ms, max_bytes, 1);
+  for (int i = 0; i < connections; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      std::perror("connect");
+      return 1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    conns[i].fd = fd;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = uint32_t(i);
+    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    if (write(fd, req.data(), req.size()) != ssize_t(req.size())) return 1;
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto end = start + std::chrono::duration<double>(seconds);
+  uint64_t responses = 0, bytes = 0;
+  std::vector<epoll_event> events(connections);
+  char buf[1 << 16];
+  while (std::chrono::steady_clock::now() < end) {
+    int n = epoll_wait(ep, events.data(), connections, 100);
+    for (int i = 0; i < n; ++i) {
+      Conn& c = conns[events[i].data.u32];
+      ssize_t r = read(c.fd, buf, sizeof buf);
+      if (r <= 0) {
+        std::fprintf(stderr, "broker closed a connection\n");
+        return 1;
+      }
+      c.rbuf.append(buf, size_t(r));
+      while (c.rbuf.size() >= 4) {
+        uint32_t size = ntohl(*reinterpret_cast<const uint32_t*>(c.rbuf.data()));
+        if (c.rbuf.size() < 4 + size) break;
+        c.rbuf.erase(0, 4 + size);
+        responses++;
+        bytes += 4 + size;
+        if (write(c.fd, req.data(), req.size()) != ssize_t(req.size())) return 1;
+      }
+    }
+  }
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("{\"fetch_requests_per_second\": %.0f, \"responses\": %llu, \"response_mib\": %.1f, "
+              "\"connections\": %d, \"seconds\": %.2f}\n",
+              double(responses) / took, static_cast<unsigned long long>(responses),
+              double(bytes) / (1 << 20), connections, took);
+  return 0;
+}
