@@ -336,9 +336,6 @@ struct HttpConnection::Impl {
   bool in_request_body = false;
   // The response being received.
   bool in_response = false;
-  // A resync skipped bytes: responses may have been lost, so the oldest pending requests may
-  // have no response coming.
-  bool lost_responses = false;
   ObjectGet current;
   BodyReader response_body;
 
@@ -409,21 +406,29 @@ struct HttpConnection::Impl {
     }
   }
 
-  // After lost responses, a 206's Content-Range names the request it answers: the requests
-  // queued before that one lost their responses and are emitted as failed (status 0).
-  void drop_requests_of_lost_responses(std::string_view content_range) {
+  // A 206's Content-Range names the request it answers. When it is not the oldest pending
+  // request, the responses to the older ones were lost (a resync skipped them): they are emitted
+  // as failed (status 0). When no pending request asked for it, its request was never seen
+  // (capture began mid-connection): returns false and the response stays unpaired.
+  bool pair_by_content_range(std::string_view content_range) {
     const auto range = parse_content_range(content_range);
-    if (!range) return;
-    auto match = std::find_if(pending.begin(), pending.end(), [&](const PendingRequest& r) {
-      return r.range && r.range->first == range->first &&
-             (!r.range->last || r.range->last == range->last);
-    });
-    if (match == pending.end()) return;
+    if (!range || pending.empty()) return true;
+    const auto answers = [&](const PendingRequest& r) {
+      // The store may shorten the range at the object's end: first must match, last may be less.
+      return r.range && r.range->first && *r.range->first == *range->first &&
+             (!r.range->last || *range->last <= *r.range->last);
+    };
+    if (!pending.front().range || !pending.front().range->first || answers(pending.front())) {
+      return true;
+    }
+    auto match = std::find_if(pending.begin(), pending.end(), answers);
+    if (match == pending.end()) return false;
     const std::size_t lost = static_cast<std::size_t>(match - pending.begin());
     for (std::size_t i = 0; i < lost; ++i) {
       emit_unanswered(pending.front(), 0);
       pending.pop_front();
     }
+    return true;
   }
 
   void emit_unanswered(PendingRequest& request, std::uint64_t timestamp_ns) {
@@ -457,7 +462,6 @@ struct HttpConnection::Impl {
         if (p == Progress::kDesync) {
           ++stats.resyncs;
           side.resync = true;
-          lost_responses = true;
         }
         finish_response(p == Progress::kDone);
         continue;
@@ -477,7 +481,6 @@ struct HttpConnection::Impl {
       if (status == 0) {
         ++stats.resyncs;
         side.resync = true;
-        lost_responses = true;
         side.stream.advance(1);  // this start line is unusable: look for the next one
         continue;
       }
@@ -489,11 +492,8 @@ struct HttpConnection::Impl {
       current.status = status;
       current.response_start_ns = side.time_at(start);
       current.response_end_ns = side.time_at(start + head.size - 1);
-      if (lost_responses) {
-        drop_requests_of_lost_responses(head.content_range);
-        lost_responses = false;
-      }
-      if (!pending.empty()) {
+      const bool paired = pair_by_content_range(head.content_range);
+      if (paired && !pending.empty()) {
         PendingRequest& request = pending.front();
         current.http_method = std::move(request.http_method);
         current.target = std::move(request.target);

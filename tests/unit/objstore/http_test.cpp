@@ -363,3 +363,25 @@ TEST_CASE("garbage never crashes and never yields bytes") {
   CHECK(connection.stats().requests == 0);
   CHECK(connection.stats().resyncs > 0);
 }
+
+TEST_CASE("206 responses pair with their request by Content-Range") {
+  // Capture began after the first request was written: its 206 must not take the second
+  // request's identity.
+  const std::string_view requests =
+      "GET /b/k HTTP/1.1\r\nHost: h\r\nRange: bytes=4194304-8388607\r\n\r\n";
+  const std::string_view responses =
+      "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-4/9000000\r\nContent-Length: 5\r\n"
+      "\r\nabcde"
+      "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 4194304-4194309/4194310\r\n"
+      "Content-Length: 6\r\n\r\nabcdef";
+  Collected out;
+  HttpConnection connection(1, nullptr, {}, out.callback());
+  connection.on_piece(Direction::kRequest, 0, requests.size(), bytes(requests), 0, 0);
+  connection.on_piece(Direction::kResponse, 0, responses.size(), bytes(responses), 0, 0);
+  REQUIRE(out.gets.size() == 2);
+  CHECK(out.gets[0].http_method.empty());  // unpaired: its request was not seen
+  CHECK(out.gets[0].body_bytes == 5);
+  CHECK(out.gets[1].http_method == "GET");  // shortened at the object's end, still its answer
+  CHECK(out.gets[1].body_bytes == 6);
+  CHECK(connection.stats().orphan_responses == 1);
+}
