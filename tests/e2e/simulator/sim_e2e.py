@@ -263,12 +263,16 @@ def test_remote_fetch_modes(world_args):
     reconcile(world)
 
 
-# A hand-written Fetch v4 (independent of the simulator's encoder): {(topic, p): (error, bytes)}
-def raw_fetch(bootstrap, parts, max_wait_ms=500):
+# A hand-written Fetch v4 or v7 (independent of the simulator's encoder).
+def raw_fetch(bootstrap, parts, max_wait_ms=500, version=4, session=(0, -1), forgotten=(),
+              full=False):
+    """Returns {(topic, p): (error, record bytes)}; with full=True (top error, session id, that)."""
     host, port = bootstrap.rsplit(":", 1)
     s = socket.create_connection((host, int(port)), timeout=10)
     client = b"raw-fetch"
     body = struct.pack(">iiiib", -1, max_wait_ms, 1, 50 << 20, 0)
+    if version >= 7:
+        body += struct.pack(">ii", *session)
     topics = {}
     for t, p, o in parts:
         topics.setdefault(t, []).append((p, o))
@@ -276,8 +280,19 @@ def raw_fetch(bootstrap, parts, max_wait_ms=500):
     for t, ps in topics.items():
         body += struct.pack(">h", len(t)) + t.encode() + struct.pack(">i", len(ps))
         for p, o in ps:
-            body += struct.pack(">iqi", p, o, 1 << 20)
-    req = struct.pack(">hhih", 1, 4, 7, len(client)) + client + body
+            body += struct.pack(">iq", p, o)
+            if version >= 5:
+                body += struct.pack(">q", -1)
+            body += struct.pack(">i", 1 << 20)
+    if version >= 7:
+        gone = {}
+        for t, p in forgotten:
+            gone.setdefault(t, []).append(p)
+        body += struct.pack(">i", len(gone))
+        for t, ps in gone.items():
+            body += struct.pack(">h", len(t)) + t.encode() + struct.pack(">i", len(ps))
+            body += b"".join(struct.pack(">i", p) for p in ps)
+    req = struct.pack(">hhih", 1, version, 7, len(client)) + client + body
     s.sendall(struct.pack(">i", len(req)) + req)
 
     def read(n):
@@ -300,7 +315,9 @@ def raw_fetch(bootstrap, parts, max_wait_ms=500):
         pos += struct.calcsize(fmt)
         return v
 
-    corr, throttle, nt = take(">iii")
+    corr, throttle = take(">ii")
+    top_error, session_id = take(">hi") if version >= 7 else (0, 0)
+    (nt,) = take(">i")
     out = {}
     for _ in range(nt):
         (ln,) = take(">h")
@@ -308,12 +325,42 @@ def raw_fetch(bootstrap, parts, max_wait_ms=500):
         pos += ln
         (np_,) = take(">i")
         for _ in range(np_):
-            p, err, hwm, lso, naborted = take(">ihqqi")
+            p, err, hwm, lso = take(">ihqq")
+            if version >= 5:
+                take(">q")
+            (naborted,) = take(">i")
             pos += max(naborted, 0) * 16
             (nrec,) = take(">i")
             pos += max(nrec, 0)
             out[(name, p)] = (err, max(nrec, 0))
-    return out
+    return (top_error, session_id, out) if full else out
+
+
+def test_fetch_sessions(world_args):
+    """Incremental fetch sessions (KIP-227), which none of the four clients uses."""
+    world = scenario.World(tmpdir(), topics=["scan:2:1000:1000"], produce_interval_ms=0,
+                           **world_args)
+    with world:
+        p = {x["partition"]: x for x in world.admin("/topics")[0]["partitions"]}
+        local, end = p[0]["local_log_start_offset"], p[1]["high_watermark"]
+        bs = world.bootstrap
+        err, sid, out = raw_fetch(bs, [("scan", 0, local), ("scan", 1, end)], version=7,
+                                  session=(0, 0), max_wait_ms=0, full=True)
+        check(err == 0 and sid != 0 and set(out) == {("scan", 0), ("scan", 1)} and
+              out[("scan", 0)][1] > 0, f"a full fetch with epoch 0 opens session {sid}")
+        err, sid2, out = raw_fetch(bs, [], version=7, session=(sid, 1), max_wait_ms=0, full=True)
+        check(err == 0 and sid2 == sid and set(out) == {("scan", 0)},
+              f"an incremental fetch returns only the partition with news: {sorted(out)}")
+        err, _, out = raw_fetch(bs, [], version=7, session=(sid, 1), max_wait_ms=0, full=True)
+        check(err == 71, f"a stale epoch answers INVALID_FETCH_SESSION_EPOCH ({err})")
+        err, _, out = raw_fetch(bs, [("scan", 1, 0)], version=7, session=(sid, 2), max_wait_ms=0,
+                                forgotten=[("scan", 0)], full=True)
+        check(err == 0 and set(out) == {("scan", 1)},
+              f"forgotten partitions leave the session, changed ones come back: {sorted(out)}")
+        err, _, out = raw_fetch(bs, [], version=7, session=(sid + 1000, 1), max_wait_ms=0,
+                                full=True)
+        check(err == 70, f"an unknown session answers FETCH_SESSION_ID_NOT_FOUND ({err})")
+    reconcile(world)
 
 
 _dirs = []
@@ -333,7 +380,8 @@ def main():
     c = sub.add_parser("clients")
     c.add_argument("--client", required=True, choices=["kcat", "python", "kafkajs", "platformatic"])
     c.add_argument("--transport", required=True, choices=["http", "openssl", "gnutls"])
-    for name in ["scenario", "storage-error", "tls-listener", "remote-fetch-modes"]:
+    for name in ["scenario", "storage-error", "tls-listener", "remote-fetch-modes",
+                 "fetch-sessions"]:
         sub.add_parser(name)
     a = ap.parse_args()
     world_args = {"broker_bin": a.broker}
@@ -344,7 +392,8 @@ def main():
         else:
             {"scenario": test_scenario, "storage-error": test_storage_error,
              "tls-listener": test_tls_listener,
-             "remote-fetch-modes": test_remote_fetch_modes}[a.test](world_args)
+             "remote-fetch-modes": test_remote_fetch_modes,
+             "fetch-sessions": test_fetch_sessions}[a.test](world_args)
         ok = True
     except (Failure, RuntimeError, subprocess.TimeoutExpired) as e:
         print(f"FAIL: {e}", file=sys.stderr)
