@@ -1,7 +1,9 @@
 // Object-key layouts: which topic, partition and segment an object belongs to.
 #include <algorithm>
 #include <charconv>
+#include <mutex>
 #include <regex>
+#include <unordered_map>
 
 #include "objstore/objstore.h"
 
@@ -71,6 +73,12 @@ KeyFields AivenLayout::parse(std::string_view key) const {
 }
 
 struct RegexLayout::Impl {
+  // A regex match costs tens of microseconds; the same segment object is read many times (one
+  // GET per chunk), so results are cached per key (bounded, cleared when full).
+  static constexpr std::size_t kMaxCached = 4096;
+  std::mutex cache_mutex;
+  std::unordered_map<std::string, KeyFields> cache;
+  KeyFields match(std::string_view key) const;
   std::regex regex;
   int topic = -1;
   int topic_id = -1;
@@ -161,23 +169,36 @@ Result<std::unique_ptr<RegexLayout>> RegexLayout::create(std::string_view patter
 }
 
 KeyFields RegexLayout::parse(std::string_view key) const {
+  {
+    std::lock_guard lock(impl_->cache_mutex);
+    auto cached = impl_->cache.find(std::string(key));
+    if (cached != impl_->cache.end()) return cached->second;
+  }
+  KeyFields fields = impl_->match(key);
+  std::lock_guard lock(impl_->cache_mutex);
+  if (impl_->cache.size() >= Impl::kMaxCached) impl_->cache.clear();
+  impl_->cache.emplace(std::string(key), fields);
+  return fields;
+}
+
+KeyFields RegexLayout::Impl::match(std::string_view key) const {
   KeyFields fields;
   std::match_results<std::string_view::const_iterator> match;
-  if (!std::regex_search(key.begin(), key.end(), match, impl_->regex)) return fields;
+  if (!std::regex_search(key.begin(), key.end(), match, regex)) return fields;
   const auto group = [&](int index) -> std::string_view {
     if (index < 0 || !match[index].matched) return {};
     return std::string_view(&*match[index].first, match[index].length());
   };
-  auto partition = parse_decimal<std::int32_t>(group(impl_->partition));
-  if (!partition) return fields;
-  fields.partition = *partition;
-  if (impl_->base_offset >= 0) {
-    auto base_offset = parse_decimal<std::int64_t>(group(impl_->base_offset));
-    if (!base_offset) return fields;
-    fields.base_offset = *base_offset;
+  auto partition_number = parse_decimal<std::int32_t>(group(partition));
+  if (!partition_number) return fields;
+  fields.partition = *partition_number;
+  if (base_offset >= 0) {
+    auto offset = parse_decimal<std::int64_t>(group(base_offset));
+    if (!offset) return fields;
+    fields.base_offset = *offset;
   }
-  fields.topic = std::string(group(impl_->topic));
-  fields.topic_id = std::string(group(impl_->topic_id));
+  fields.topic = std::string(group(topic));
+  fields.topic_id = std::string(group(topic_id));
   fields.parsed = true;
   return fields;
 }

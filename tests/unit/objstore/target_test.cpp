@@ -126,6 +126,12 @@ TEST_CASE("regex layout: named groups mapped to indices") {
   CHECK(fields.partition == 7);
   CHECK(fields.base_offset == 123);
   CHECK_FALSE((*layout)->parse("cold/orders.v1/p7/1-00000000000000000123.log").parsed);
+  // Results are cached per key: repeated and interleaved keys give the same answers.
+  for (int i = 0; i < 3; ++i) {
+    CHECK((*layout)->parse("live/orders.v1/p7/1700000000-00000000000000000123.log").partition == 7);
+    CHECK((*layout)->parse("live/x/p8/1-00000000000000000009.log").base_offset == 9);
+    CHECK_FALSE((*layout)->parse("cold/orders.v1/p7/1-00000000000000000123.log").parsed);
+  }
 
   // Escaped parentheses and '(' inside a class are not groups.
   auto tricky = fc::objstore::RegexLayout::create(
