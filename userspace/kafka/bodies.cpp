@@ -143,19 +143,40 @@ bool fetch_request(wire::Reader& r, std::int16_t v, FetchExchange& f) {
     std::uint32_t partitions = r.array(flexible, partition_size);
     if (!r.ok) return false;
     f.topics.push_back(std::move(topic));
+    // The hot loop of the whole decoder: fixed-size partitions read with one bounds check each
+    // and no per-field checks; a partition with tagged fields takes the general path.
+    const std::size_t fixed = partition_size - (flexible ? 5 : 0);
     for (std::uint32_t i = 0; i < partitions; ++i) {
-      FetchPartition p;
+      if (r.remaining() < fixed + (flexible ? 1 : 0)) return false;
+      const std::uint8_t* q = r.p;
+      // Filled in place: building it on the stack and copying it in stalls on store forwarding.
+      FetchPartition& p = f.partitions.emplace_back();
       p.topic_index = topic_index;
       p.in_request = true;
-      p.partition = r.i32();
-      if (v >= 9) p.current_leader_epoch = r.i32();
-      p.fetch_offset = r.i64();
-      if (v >= 12) r.i32();  // last_fetched_epoch
-      if (v >= 5) r.i64();   // log_start_offset (followers only)
-      p.partition_max_bytes = r.i32();
-      if (flexible) r.skip_tagged_fields();
-      if (!r.ok) return false;
-      f.partitions.push_back(p);
+      p.partition = static_cast<std::int32_t>(wire::load_be32(q));
+      q += 4;
+      if (v >= 9) {
+        p.current_leader_epoch = static_cast<std::int32_t>(wire::load_be32(q));
+        q += 4;
+      }
+      p.fetch_offset = static_cast<std::int64_t>(wire::load_be64(q));
+      q += 8;
+      if (v >= 12) q += 4;  // last_fetched_epoch
+      if (v >= 5) q += 8;   // log_start_offset (followers only)
+      p.partition_max_bytes = static_cast<std::int32_t>(wire::load_be32(q));
+      q += 4;
+      r.p = q;
+      if (flexible) {
+        if (*r.p == 0) {
+          ++r.p;  // no tagged fields: the common case
+        } else {
+          r.skip_tagged_fields();
+          if (!r.ok) {
+            f.partitions.pop_back();
+            return false;
+          }
+        }
+      }
     }
     if (flexible) r.skip_tagged_fields();
   }

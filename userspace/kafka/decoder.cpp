@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <unordered_map>
 
@@ -111,13 +112,22 @@ struct Decoder::Impl {
   Options options;
   Counters counters;
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections;
-  std::unordered_map<std::string, std::string> topic_names;  // 16 id bytes -> name
+  struct UuidHash {
+    std::size_t operator()(const Uuid& id) const {
+      std::uint64_t a, b;
+      std::memcpy(&a, id.bytes.data(), 8);
+      std::memcpy(&b, id.bytes.data() + 8, 8);
+      return std::hash<std::uint64_t>()(a ^ (b * 0x9e3779b97f4a7c15ull));
+    }
+  };
+  std::unordered_map<Uuid, std::string, UuidHash> topic_names;
   // Per (api key, version): a flat table for the keys and versions Kafka uses, a map beyond.
   static constexpr int kTableKeys = 128, kTableVersions = 32;
   std::vector<ApiCount> api_table = std::vector<ApiCount>(kTableKeys * kTableVersions);
   std::map<std::uint32_t, ApiCount> api_counts;  // (key << 16 | version), outside the table
   std::uint64_t now_ns = 0;
   Exchange scratch;  // resync verification decodes into it
+  Connection* last_connection = nullptr;
 
   Connection& connection(std::uint64_t id, bool from_start) {
     auto it = connections.find(id);
@@ -149,20 +159,19 @@ struct Decoder::Impl {
   void resolve_topic_names(FetchExchange& f) {
     for (auto& t : f.topics) {
       if (!t.name.empty() || t.id.is_zero()) continue;
-      auto it = topic_names.find(std::string(reinterpret_cast<const char*>(t.id.bytes.data()), 16));
+      auto it = topic_names.find(t.id);
       if (it != topic_names.end()) t.name = it->second;
     }
   }
 
   void learn(const Uuid& id, std::string_view name) {
-    std::string key(reinterpret_cast<const char*>(id.bytes.data()), 16);
-    auto it = topic_names.find(key);
+    auto it = topic_names.find(id);
     if (it != topic_names.end()) {
       if (it->second != name) it->second = name;
       return;
     }
     if (topic_names.size() >= options.max_topic_ids) return;
-    topic_names.emplace(std::move(key), std::string(name));
+    topic_names.emplace(id, std::string(name));
   }
 
   // ---- emission --------------------------------------------------------------------------
@@ -384,9 +393,11 @@ struct Decoder::Impl {
     if (ex->api_key == api::kFetch && ex->body_decoded) apply_fetch_request(c, ex->fetch);
     sink.on_request(*ex);
     if (c.in_flight.size() >= options.max_in_flight) {
-      Exchange* oldest = c.in_flight.front();
-      c.in_flight.erase(c.in_flight.begin());
-      emit(c, oldest);
+      // Give up on the oldest quarter at once, so a connection whose responses are never seen
+      // costs O(1) per request.
+      std::size_t n = std::max<std::size_t>(1, c.in_flight.size() / 4);
+      for (std::size_t i = 0; i < n; ++i) emit(c, c.in_flight[i]);
+      c.in_flight.erase(c.in_flight.begin(), c.in_flight.begin() + static_cast<std::ptrdiff_t>(n));
     }
     c.in_flight.push_back(ex);
   }
@@ -826,6 +837,7 @@ void Decoder::open(std::uint64_t connection, std::uint64_t time_ns) {
   auto it = impl_->connections.find(connection);
   if (it != impl_->connections.end()) {  // reused id: the old connection ended
     impl_->drop_connection(*it->second);
+    impl_->last_connection = nullptr;
     impl_->connections.erase(it);
   }
   impl_->connection(connection, true).last_time_ns = time_ns;
@@ -836,14 +848,21 @@ void Decoder::data(std::uint64_t connection, Direction direction, std::uint64_t 
                    std::span<const std::uint8_t> captured) {
   Impl& im = *impl_;
   im.now_ns = time_ns;
-  Connection& c = im.connection(connection, false);
+  // Consecutive events usually belong to the same connection: skip the hash lookup then.
+  Connection& c = im.last_connection && im.last_connection->id == connection
+                      ? *im.last_connection
+                      : im.connection(connection, false);
+  im.last_connection = &c;
   c.last_time_ns = time_ns;
+  // The bytes are borrowed while decoding; only what is left unconsumed gets copied.
   if (direction == Direction::kRequest) {
-    c.requests.stream.add(position, length, captured);
+    c.requests.stream.add_borrowed(position, length, captured);
     im.process_requests(c);
+    c.requests.stream.settle();
   } else {
-    c.responses.stream.add(position, length, captured);
+    c.responses.stream.add_borrowed(position, length, captured);
     im.process_responses(c);
+    c.responses.stream.settle();
   }
 }
 
@@ -869,6 +888,7 @@ void Decoder::close(std::uint64_t connection, std::uint64_t time_ns) {
   c.responses.stream.close_gaps();
   im.process_responses(c);
   im.drop_connection(c);
+  im.last_connection = nullptr;
   im.connections.erase(it);
 }
 
@@ -896,7 +916,7 @@ void Decoder::close_all(std::uint64_t time_ns) {
 void Decoder::learn_topic(const Uuid& id, std::string_view name) { impl_->learn(id, name); }
 
 const std::string* Decoder::topic_name(const Uuid& id) const {
-  auto it = impl_->topic_names.find(std::string(reinterpret_cast<const char*>(id.bytes.data()), 16));
+  auto it = impl_->topic_names.find(id);
   return it == impl_->topic_names.end() ? nullptr : &it->second;
 }
 

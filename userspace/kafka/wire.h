@@ -127,6 +127,11 @@ inline std::uint32_t load_be32(const std::uint8_t* p) {
   std::memcpy(&v, p, 4);
   return __builtin_bswap32(v);
 }
+inline std::uint64_t load_be64(const std::uint8_t* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return __builtin_bswap64(v);
+}
 inline std::uint16_t load_be16(const std::uint8_t* p) {
   std::uint16_t v;
   std::memcpy(&v, p, 2);

@@ -13,8 +13,39 @@ void ByteStream::set_start(std::uint64_t position) {
   read_pos_ = end_ = position;
 }
 
+void ByteStream::add_borrowed(std::uint64_t position, std::uint64_t length,
+                              std::span<const std::uint8_t> captured) {
+  if (borrowed_) settle();
+  if (started_ && position == end_ && run_head_ == runs_.size() && pending_.empty() &&
+      !captured.empty() && captured.size() <= length &&
+      captured.size() <= limits_.max_buffered_bytes) {
+    ++stats_.pieces;
+    borrowed_ = captured.data();
+    borrowed_pos_ = position;
+    runs_.push_back(Run{end_, captured.size(), kBorrowed, false});
+    end_ += captured.size();
+    stats_.bytes_captured += captured.size();
+    if (length > captured.size()) append_hole(length - captured.size());
+    return;
+  }
+  add(position, length, captured);
+}
+
+void ByteStream::settle() {
+  if (!borrowed_) return;
+  for (std::size_t i = run_head_; i < runs_.size(); ++i) {
+    Run& run = runs_[i];
+    if (run.hole || run.buf_offset != kBorrowed) continue;
+    const std::uint8_t* data = run_data(run);
+    run.buf_offset = buf_.size();
+    buf_.insert(buf_.end(), data, data + run.length);
+  }
+  borrowed_ = nullptr;
+}
+
 void ByteStream::add(std::uint64_t position, std::uint64_t length,
                      std::span<const std::uint8_t> captured) {
+  if (borrowed_) settle();
   if (captured.size() > length) captured = captured.first(length);
   if (!started_) set_start(position);
   ++stats_.pieces;
@@ -59,7 +90,8 @@ void ByteStream::append(std::uint64_t length, std::span<const std::uint8_t> capt
   }
   if (!captured.empty()) {
     Run* last = run_head_ < runs_.size() ? &runs_.back() : nullptr;
-    if (last && !last->hole && last->buf_offset + last->length == buf_.size()) {
+    if (last && !last->hole && last->buf_offset != kBorrowed &&
+        last->buf_offset + last->length == buf_.size()) {
       last->length += captured.size();
     } else {
       runs_.push_back(Run{end_, captured.size(), buf_.size(), false});
@@ -134,7 +166,7 @@ View ByteStream::view() const {
     v.hole = run.length;
     // Adjacent holes are merged on append, so one run is the whole known hole.
   } else {
-    v.data = std::span<const std::uint8_t>(buf_.data() + run.buf_offset, run.length);
+    v.data = std::span<const std::uint8_t>(run_data(run), run.length);
     v.more_follows = run_head_ + 1 < runs_.size();
   }
   return v;
@@ -148,6 +180,7 @@ void ByteStream::advance_to(std::uint64_t position) {
     run_head_ = 0;
     buf_.clear();
     buf_head_ = 0;
+    borrowed_ = nullptr;
     read_pos_ = end_ = position;
     if (!pending_.empty()) drain_pending();
     return;
@@ -164,7 +197,7 @@ void ByteStream::advance_to(std::uint64_t position) {
       std::uint64_t cut = position - run.begin;
       run.begin = position;
       run.length -= cut;
-      if (!run.hole) run.buf_offset += cut;
+      if (!run.hole && run.buf_offset != kBorrowed) run.buf_offset += cut;
     }
     break;
   }
@@ -175,7 +208,7 @@ void ByteStream::trim_front() {
   // buf_head_: first byte still referenced by a data run.
   std::size_t head = buf_.size();
   for (std::size_t i = run_head_; i < runs_.size(); ++i) {
-    if (!runs_[i].hole) {
+    if (!runs_[i].hole && runs_[i].buf_offset != kBorrowed) {
       head = runs_[i].buf_offset;
       break;
     }
@@ -188,7 +221,7 @@ void ByteStream::trim_front() {
     // Compact only when most of the buffer is consumed, so the cost stays amortised O(1)/byte.
     buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(buf_head_));
     for (std::size_t i = run_head_; i < runs_.size(); ++i) {
-      if (!runs_[i].hole) runs_[i].buf_offset -= buf_head_;
+      if (!runs_[i].hole && runs_[i].buf_offset != kBorrowed) runs_[i].buf_offset -= buf_head_;
     }
     buf_head_ = 0;
   }

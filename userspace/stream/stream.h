@@ -56,6 +56,13 @@ class ByteStream {
   // `length` bytes at `position`; the first captured.size() of them are known, the rest are a
   // hole. captured.size() > length is clamped.
   void add(std::uint64_t position, std::uint64_t length, std::span<const std::uint8_t> captured);
+  // Like add(), but when the piece continues the stream and nothing is buffered, its bytes are
+  // only referenced, not copied: the caller reads them (view/advance) and then calls settle(),
+  // which copies whatever was not consumed. `captured` must stay valid until settle() (or the
+  // next add/add_borrowed, which settles first). Saves a copy per piece on the hot path.
+  void add_borrowed(std::uint64_t position, std::uint64_t length,
+                    std::span<const std::uint8_t> captured);
+  void settle();
   // Declares every gap before pieces still waiting a hole (end of input, or the caller knows the
   // missing pieces are lost, e.g. after draining every ring buffer once).
   void close_gaps();
@@ -90,6 +97,11 @@ class ByteStream {
   void drain_pending();
   void enforce_out_of_order_limits();
   void trim_front();
+  const std::uint8_t* run_data(const Run& run) const {
+    return run.buf_offset == kBorrowed ? borrowed_ + (run.begin - borrowed_pos_)
+                                       : buf_.data() + run.buf_offset;
+  }
+  static constexpr std::size_t kBorrowed = ~std::size_t{0};  // Run::buf_offset of borrowed bytes
 
   Limits limits_;
   Stats stats_;
@@ -102,6 +114,8 @@ class ByteStream {
   std::size_t buf_head_ = 0;
   std::map<std::uint64_t, Pending> pending_;  // pieces beyond a gap, by position
   std::size_t ooo_bytes_ = 0;
+  const std::uint8_t* borrowed_ = nullptr;  // bytes of the borrowed run, if any
+  std::uint64_t borrowed_pos_ = 0;          // their stream position
 };
 
 }  // namespace fc::stream
