@@ -422,6 +422,10 @@ class Broker {
   nlohmann::json stats();
   void handle(Request& r);
   void handle_guarded(Request& r);
+  int16_t advertised_max(const ApiRange& a) const {
+    return a.key == api::kFetch ? std::min<int16_t>(a.max, int16_t(config_.fetch_max_version))
+                                : a.max;
+  }
 
  private:
   friend class NetThread;
@@ -905,7 +909,7 @@ void Broker::handle(Request& r) {
             r.frame.size() - r.body_offset, r.flexible);
   const ApiRange* a = find_api(r.api_key);
   if (r.api_key == api::kApiVersions) return api_versions(r, rd);
-  if (r.api_version < a->min || r.api_version > a->max || r.api_key == api::kProduce)
+  if (r.api_version < a->min || r.api_version > advertised_max(*a) || r.api_key == api::kProduce)
     throw WireError("unsupported version " + std::to_string(r.api_version));
   switch (r.api_key) {
     case api::kMetadata: return metadata(r, rd);
@@ -935,7 +939,7 @@ void Broker::api_versions(Request& r, Reader&) {
   for (const auto& a : kApis) {
     w.i16(a.key);
     w.i16(a.min);
-    w.i16(a.max);
+    w.i16(advertised_max(a));
     w.tags();
   }
   if (supported && r.api_version >= 1) w.i32(0);

@@ -33,6 +33,7 @@ struct BrokerConfig {
   int remote_fetch_max_wait_ms = 500;
   int group_join_delay_ms = 300;
   int node_id = 1;
+  int fetch_max_version = 17;  // lower it to make a client use an older Fetch version
 };
 
 class Broker;

@@ -117,6 +117,10 @@ int main(int argc, char** argv) {
   app.add_option("--remote-fetch-max-wait-ms", bc.remote_fetch_max_wait_ms,
                  "remote.fetch.max.wait.ms: answer without remote data after this long")
       ->capture_default_str();
+  app.add_option("--fetch-max-version", bc.fetch_max_version,
+                 "highest Fetch version advertised (4-17): steers clients to older versions")
+      ->check(CLI::Range(4, 17))
+      ->capture_default_str();
   app.add_option("--group-join-delay-ms", bc.group_join_delay_ms,
                  "how long a rebalance waits for more members to join")
       ->capture_default_str();
