@@ -145,7 +145,7 @@ bool fetch_request(wire::Reader& r, std::int16_t v, FetchExchange& f) {
     f.topics.push_back(std::move(topic));
     // The hot loop of the whole decoder: fixed-size partitions read with one bounds check each
     // and no per-field checks; a partition with tagged fields takes the general path.
-    const std::size_t fixed = partition_size - (flexible ? 5 : 0);
+    const std::size_t fixed = partition_size - (flexible ? 1 : 0);  // without the tag byte
     for (std::uint32_t i = 0; i < partitions; ++i) {
       if (r.remaining() < fixed + (flexible ? 1 : 0)) return false;
       const std::uint8_t* q = r.p;
