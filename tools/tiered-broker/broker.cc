@@ -399,6 +399,7 @@ struct Group {
   std::string protocol_type, protocol, leader;
   std::map<std::string, Member> members;
   Clock::time_point join_deadline, rebalance_deadline;
+  bool initial_rebalance = false;
   std::map<std::pair<std::string, int32_t>, std::pair<int64_t, std::optional<std::string>>>
       offsets;
 };
@@ -1524,11 +1525,15 @@ void Broker::send_sync(const Group& g, const Deferred& d, int16_t error,
 
 void Broker::start_rebalance(Group& g, Clock::time_point now) {
   if (g.state == Group::kPreparing) return;
+  g.initial_rebalance = g.state == Group::kEmpty;
   g.state = Group::kPreparing;
   int32_t max_rebalance = 0;
   for (auto& [id, m] : g.members) max_rebalance = std::max(max_rebalance, m.rebalance_timeout_ms);
   g.rebalance_deadline = now + std::chrono::milliseconds(max_rebalance);
-  g.join_deadline = now + std::chrono::milliseconds(config_.group_join_delay_ms);
+  // group.initial.rebalance.delay.ms: an empty group waits for more members; a running group
+  // rebalances as soon as every known member has rejoined.
+  g.join_deadline =
+      now + std::chrono::milliseconds(g.initial_rebalance ? config_.group_initial_delay_ms : 0);
   // Members waiting in SyncGroup learn about the new round right away.
   for (auto& [id, m] : g.members)
     if (m.pending_sync) {
@@ -1643,7 +1648,9 @@ void Broker::join_group(Request& r, Reader& rd) {
   if (g.protocol_type.empty()) g.protocol_type = protocol_type;
   if (g.state != Group::kPreparing) start_rebalance(g, now);
   if (is_new) {
-    g.join_deadline = now + std::chrono::milliseconds(config_.group_join_delay_ms);
+    if (g.initial_rebalance)
+      g.join_deadline = std::min(g.rebalance_deadline,
+                                 now + std::chrono::milliseconds(config_.group_initial_delay_ms));
     if (g.leader.empty() || !g.members.count(g.leader)) g.leader = member_id;
   }
   maybe_complete_join(g, group_id, now);

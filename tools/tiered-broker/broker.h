@@ -31,7 +31,7 @@ struct BrokerConfig {
   int remote_reader_threads = 4;
   bool all_remote_partitions = false;  // Kafka 4.2: every remote partition of a fetch is read
   int remote_fetch_max_wait_ms = 500;
-  int group_join_delay_ms = 300;
+  int group_initial_delay_ms = 3000;  // group.initial.rebalance.delay.ms
   int node_id = 1;
   int fetch_max_version = 17;  // lower it to make a client use an older Fetch version
 };

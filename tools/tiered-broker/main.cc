@@ -121,8 +121,8 @@ int main(int argc, char** argv) {
                  "highest Fetch version advertised (4-17): steers clients to older versions")
       ->check(CLI::Range(4, 17))
       ->capture_default_str();
-  app.add_option("--group-join-delay-ms", bc.group_join_delay_ms,
-                 "how long a rebalance waits for more members to join")
+  app.add_option("--group-initial-rebalance-delay-ms", bc.group_initial_delay_ms,
+                 "group.initial.rebalance.delay.ms: how long a new group waits for more members")
       ->capture_default_str();
   app.add_option("--produce-interval-ms", produce_interval_ms,
                  "append one batch to every partition this often, for tailing consumers (0: off)")
