@@ -83,7 +83,6 @@ class JsonSink : public fc::kafka::Sink {
         if (p.in_response) {
           jp["error_code"] = p.error_code;
           jp["high_watermark"] = p.high_watermark;
-          jp["last_stable_offset"] = p.last_stable_offset;
           jp["log_start_offset"] = p.log_start_offset;
           jp["records_size"] = p.records_size;
         }

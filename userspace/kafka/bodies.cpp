@@ -113,6 +113,61 @@ bool response_header_is_flexible(std::int16_t api_key, std::int16_t version) {
   return request_is_flexible(api_key, version);
 }
 
+namespace {
+
+// The hot loop of the whole decoder: fixed-size partitions read with one bounds check each and
+// no per-field checks, specialised per layout so the loop is straight-line code; a partition
+// with tagged fields takes the general path.
+template <bool kLeaderEpoch, bool kLogStart, bool kFlexible>
+bool read_partitions_as(wire::Reader& r, std::uint32_t topic_index, std::uint32_t count,
+                        std::vector<FetchPartition>& out) {
+  constexpr std::size_t kFixed =
+      16 + (kLeaderEpoch ? 4 : 0) + (kFlexible ? 4 : 0) + (kLogStart ? 8 : 0);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if (r.remaining() < kFixed + (kFlexible ? 1 : 0)) return false;
+    const std::uint8_t* q = r.p;
+    // Filled in place: building it on the stack and copying it in stalls on store forwarding.
+    FetchPartition& p = out.emplace_back();
+    p.topic_index = topic_index;
+    p.in_request = true;
+    p.partition = static_cast<std::int32_t>(wire::load_be32(q));
+    q += 4;
+    if constexpr (kLeaderEpoch) {
+      p.current_leader_epoch = static_cast<std::int32_t>(wire::load_be32(q));
+      q += 4;
+    }
+    p.fetch_offset = static_cast<std::int64_t>(wire::load_be64(q));
+    q += 8;
+    if constexpr (kFlexible) q += 4;  // last_fetched_epoch
+    if constexpr (kLogStart) q += 8;  // log_start_offset (followers only)
+    p.partition_max_bytes = static_cast<std::int32_t>(wire::load_be32(q));
+    q += 4;
+    r.p = q;
+    if constexpr (kFlexible) {
+      if (*r.p == 0) {
+        ++r.p;  // no tagged fields: the common case
+      } else {
+        r.skip_tagged_fields();
+        if (!r.ok) {
+          out.pop_back();
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+bool read_partitions(wire::Reader& r, std::int16_t v, std::uint32_t topic_index,
+                     std::uint32_t count, std::vector<FetchPartition>& out) {
+  if (v >= 12) return read_partitions_as<true, true, true>(r, topic_index, count, out);
+  if (v >= 9) return read_partitions_as<true, true, false>(r, topic_index, count, out);
+  if (v >= 5) return read_partitions_as<false, true, false>(r, topic_index, count, out);
+  return read_partitions_as<false, false, false>(r, topic_index, count, out);
+}
+
+}  // namespace
+
 bool fetch_request(wire::Reader& r, std::int16_t v, FetchExchange& f) {
   const bool flexible = v >= 12;
   if (flexible) r.skip_tagged_fields();  // request header v2
@@ -133,8 +188,8 @@ bool fetch_request(wire::Reader& r, std::int16_t v, FetchExchange& f) {
   const std::size_t partition_size = 16 + (v >= 9 ? 4 : 0) + (v >= 12 ? 5 : 0) + (v >= 5 ? 8 : 0);
   std::uint32_t topics = r.array(flexible, 2);
   for (std::uint32_t t = 0; t < topics; ++t) {
-    FetchTopic topic;
     auto topic_index = static_cast<std::uint32_t>(f.topics.size());
+    FetchTopic& topic = f.topics.emplace_back();
     if (v >= 13) {
       topic.id = r.uuid();
     } else {
@@ -142,42 +197,7 @@ bool fetch_request(wire::Reader& r, std::int16_t v, FetchExchange& f) {
     }
     std::uint32_t partitions = r.array(flexible, partition_size);
     if (!r.ok) return false;
-    f.topics.push_back(std::move(topic));
-    // The hot loop of the whole decoder: fixed-size partitions read with one bounds check each
-    // and no per-field checks; a partition with tagged fields takes the general path.
-    const std::size_t fixed = partition_size - (flexible ? 1 : 0);  // without the tag byte
-    for (std::uint32_t i = 0; i < partitions; ++i) {
-      if (r.remaining() < fixed + (flexible ? 1 : 0)) return false;
-      const std::uint8_t* q = r.p;
-      // Filled in place: building it on the stack and copying it in stalls on store forwarding.
-      FetchPartition& p = f.partitions.emplace_back();
-      p.topic_index = topic_index;
-      p.in_request = true;
-      p.partition = static_cast<std::int32_t>(wire::load_be32(q));
-      q += 4;
-      if (v >= 9) {
-        p.current_leader_epoch = static_cast<std::int32_t>(wire::load_be32(q));
-        q += 4;
-      }
-      p.fetch_offset = static_cast<std::int64_t>(wire::load_be64(q));
-      q += 8;
-      if (v >= 12) q += 4;  // last_fetched_epoch
-      if (v >= 5) q += 8;   // log_start_offset (followers only)
-      p.partition_max_bytes = static_cast<std::int32_t>(wire::load_be32(q));
-      q += 4;
-      r.p = q;
-      if (flexible) {
-        if (*r.p == 0) {
-          ++r.p;  // no tagged fields: the common case
-        } else {
-          r.skip_tagged_fields();
-          if (!r.ok) {
-            f.partitions.pop_back();
-            return false;
-          }
-        }
-      }
-    }
+    if (!read_partitions(r, v, topic_index, partitions, f.partitions)) return false;
     if (flexible) r.skip_tagged_fields();
   }
   if (v >= 7) {

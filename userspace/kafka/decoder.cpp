@@ -738,7 +738,7 @@ struct Decoder::Impl {
         std::int32_t partition = r.i32();
         std::int16_t error = r.i16();
         std::int64_t high_watermark = r.i64();
-        std::int64_t last_stable = version >= 4 ? r.i64() : -1;
+        if (version >= 4) r.i64();  // last_stable_offset
         std::int64_t log_start = version >= 5 ? r.i64() : -1;
         if (version >= 4) {
           std::uint32_t aborted = r.array(flexible, 0);
@@ -748,7 +748,7 @@ struct Decoder::Impl {
             if (flexible) r.skip_tagged_fields();
           }
         }
-        std::int32_t preferred = version >= 11 ? r.i32() : -1;
+        if (version >= 11) r.i32();  // preferred_read_replica
         std::int64_t records = r.bytes_length(flexible);
         if (!r.ok) return incomplete();
         const std::uint64_t unit = static_cast<std::uint64_t>(r.p - v.data.data());
@@ -759,9 +759,7 @@ struct Decoder::Impl {
         p.in_response = true;
         p.error_code = error;
         p.high_watermark = high_watermark;
-        p.last_stable_offset = last_stable;
         p.log_start_offset = log_start;
-        p.preferred_read_replica = preferred;
         p.records_size = records;
         if (records > 0) f.records_bytes += records;
         // Skip the records by length: they are never buffered and may never have been captured.

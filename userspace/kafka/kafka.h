@@ -46,26 +46,26 @@ struct Uuid {
 };
 
 // A partition of a Fetch exchange: what was asked and, when the response was seen, what came back.
+// Kept to 56 bytes: the request loop writes one per partition (the decoder's hot path).
 struct FetchPartition {
-  std::uint32_t topic_index = 0;  // into FetchExchange::topics
-  std::int32_t partition = -1;
   // Request side. In an incremental session a partition the request did not list carries the
   // session's values (from_session).
   std::int64_t fetch_offset = -1;
+  // Response side (valid when in_response).
+  std::int64_t high_watermark = -1;
+  std::int64_t log_start_offset = -1;
+  std::int64_t records_size = -1;  // bytes of record data; -1 = null records
+  std::uint32_t topic_index = 0;   // into FetchExchange::topics
+  std::int32_t partition = -1;
   std::int32_t partition_max_bytes = -1;
   std::int32_t current_leader_epoch = -1;
+  std::int16_t error_code = 0;
   bool in_request = false;
   bool from_session = false;
   bool added_to_session = false;  // incremental request: new to the session (else updated)
-  // Response side.
   bool in_response = false;
-  std::int16_t error_code = 0;
-  std::int64_t high_watermark = -1;
-  std::int64_t last_stable_offset = -1;
-  std::int64_t log_start_offset = -1;
-  std::int32_t preferred_read_replica = -1;
-  std::int64_t records_size = -1;  // bytes of record data; -1 = null records
 };
+static_assert(sizeof(FetchPartition) == 56);
 
 struct FetchTopic {
   std::string name;  // resolved from Metadata when the request carried only the id (v13+)

@@ -153,26 +153,37 @@ void bench(int version, int partitions, bool with_responses) {
   const std::uint64_t conn = 1;
   decoder.open(conn, 0);
   std::uint64_t req_pos = 0, resp_pos = 0, time = 1, n = 0, bytes = 0;
-  double start = now_s(), elapsed = 0;
-  while (elapsed < 0.6) {
-    for (int batch = 0; batch < 4096; ++batch, ++n) {
-      const auto& req = requests[n % kDistinct];
-      decoder.data(conn, fc::kafka::Direction::kRequest, time++, req_pos, req.size(), req);
-      req_pos += req.size();
-      bytes += req.size();
-      if (!with_responses) continue;
-      const auto& resp = responses[n % kDistinct];
-      for (std::size_t i = 0; i < resp.captured.size(); ++i) {
-        const auto& piece = resp.captured[i];
-        decoder.data(conn, fc::kafka::Direction::kResponse, time, resp_pos, piece.size(), piece);
-        resp_pos += piece.size();
-        if (i + 1 < resp.captured.size()) {  // records: a sendfile hole, length only
-          decoder.data(conn, fc::kafka::Direction::kResponse, time, resp_pos, resp.records, {});
-          resp_pos += resp.records;
+  // Best of 5 runs of ~0.25 s CPU time each: the machine may be shared, and interference only
+  // ever makes a run slower.
+  double best_rate = 0, best_bytes_rate = 0;
+  for (int run = 0; run < 5; ++run) {
+    std::uint64_t run_n = 0, run_bytes = 0;
+    double start = now_s(), elapsed = 0;
+    while (elapsed < 0.25) {
+      for (int batch = 0; batch < 2048; ++batch, ++n, ++run_n) {
+        const auto& req = requests[n % kDistinct];
+        decoder.data(conn, fc::kafka::Direction::kRequest, time++, req_pos, req.size(), req);
+        req_pos += req.size();
+        run_bytes += req.size();
+        if (!with_responses) continue;
+        const auto& resp = responses[n % kDistinct];
+        for (std::size_t i = 0; i < resp.captured.size(); ++i) {
+          const auto& piece = resp.captured[i];
+          decoder.data(conn, fc::kafka::Direction::kResponse, time, resp_pos, piece.size(), piece);
+          resp_pos += piece.size();
+          if (i + 1 < resp.captured.size()) {  // records: a sendfile hole, length only
+            decoder.data(conn, fc::kafka::Direction::kResponse, time, resp_pos, resp.records, {});
+            resp_pos += resp.records;
+          }
         }
       }
+      elapsed = now_s() - start;
     }
-    elapsed = now_s() - start;
+    bytes += run_bytes;
+    if (run_n / elapsed > best_rate) {
+      best_rate = run_n / elapsed;
+      best_bytes_rate = run_bytes / elapsed;
+    }
   }
   const auto& c = decoder.counters();
   if (c.parse_errors || c.resyncs || (with_responses && sink.exchanges + 1 < n)) {
@@ -182,8 +193,8 @@ void bench(int version, int partitions, bool with_responses) {
     std::exit(1);
   }
   std::printf("| v%-2d | %3d | %-22s | %8.2f M/s | %8.1f MB/s | %5.0f ns |\n", version, partitions,
-              with_responses ? "request + response" : "request stream only", n / elapsed / 1e6,
-              bytes / elapsed / 1e6, elapsed / n * 1e9);
+              with_responses ? "request + response" : "request stream only", best_rate / 1e6,
+              best_bytes_rate / 1e6, 1e9 / best_rate);
 }
 
 }  // namespace
@@ -193,7 +204,7 @@ int main(int argc, char** argv) {
     bench(std::atoi(argv[1]), std::atoi(argv[2]), std::atoi(argv[3]) != 0);
     return 0;
   }
-  std::printf("Fetch decoding, one core (one Decoder, one connection)\n\n");
+  std::printf("Fetch decoding, one core (one Decoder, one connection; thread CPU time, best of 5)\n\n");
   std::printf("| ver | partitions | input | Fetch requests/s | request bytes/s | per request |\n");
   std::printf("|-----|-----|------------------------|--------------|---------------|----------|\n");
   for (int version : {11, 13}) {
