@@ -198,6 +198,28 @@ def main():
     frames, expects = group_conversations()
     add("group_membership", frames, expects)
 
+    # SASL: skipped by length and never retained; a Fetch after authentication still decodes.
+    # acks=0 Produce gets no response: the next response overtakes it.
+    hs_req = admin.SaslHandShakeRequest[1](mechanism="PLAIN")
+    hs_resp = admin.SaslHandShakeResponse[1](error_code=0, enabled_mechanisms=["PLAIN"])
+    auth_req = admin.SaslAuthenticateRequest[0](sasl_auth_bytes=b"\x00alice\x00secret-password")
+    auth_resp = admin.SaslAuthenticateResponse[0](error_code=0, error_message=None,
+                                                  sasl_auth_bytes=b"")
+    produce0 = produce.ProduceRequest[3](
+        transactional_id=None, required_acks=0, timeout=30000,
+        topics=[("orders", [(0, record_batch(0, 5, 100))])])
+    f, e, r = fetch_conversation(8, 13, topics_small)
+    add("sasl_then_acks0_then_fetch",
+        [("request", request_frame(hs_req, 10)), ("response", response_frame(hs_resp, 10)),
+         ("request", request_frame(auth_req, 11)), ("response", response_frame(auth_resp, 11)),
+         ("request", request_frame(produce0, 12))] + f,
+        [{"api_key": 17, "version": 1, "correlation_id": 10, "client_id": CLIENT_ID,
+          "decoded": False},
+         {"api_key": 36, "version": 0, "correlation_id": 11, "client_id": CLIENT_ID,
+          "decoded": False},
+         {"api_key": 0, "version": 3, "correlation_id": 12, "client_id": CLIENT_ID,
+          "decoded": False, "response": False}, e], r)
+
     api_req = admin.ApiVersionRequest[0]()
     api_resp = admin.ApiVersionResponse[0](error_code=0, api_versions=[(1, 0, 11), (3, 0, 5)])
     add("api_versions_v0",

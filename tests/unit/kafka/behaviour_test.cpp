@@ -1,0 +1,124 @@
+// Decoder behaviour beyond the vectors: secrets never surface, expiry, future versions counted,
+// sessions dropped on session errors, bounded state.
+#include "vector_harness.h"
+
+using namespace fc::test;
+using fc::kafka::Decoder;
+using fc::kafka::Direction;
+
+namespace {
+
+json conversation(const std::string& file, const std::string& name) {
+  json v = load_vectors(file);
+  for (auto& c : v["conversations"]) {
+    if (c["name"] == name) return c;
+  }
+  FAIL("no conversation " << name);
+  return {};
+}
+
+bool contains(const std::string& s, const std::string& needle) {
+  return s.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("SASL frames are skipped and their bytes never surface") {
+  json c = conversation("kafka_python.json", "sasl_then_acks0_then_fetch");
+  for (std::size_t piece : {1ul, 5ul, 1000ul}) {
+    Collector sink;
+    Decoder decoder(sink);
+    feed(decoder, frames_of(c), every(piece));
+    check_all(c["expect"], sink.exchanges);
+    CHECK(decoder.counters().sasl_frames == 2);
+    for (const auto& ex : sink.exchanges) {
+      for (const std::string* s : {&ex.client_id, &ex.group_id, &ex.member_id,
+                                   &ex.client_software_name, &ex.client_software_version}) {
+        CHECK_FALSE(contains(*s, "secret"));
+        CHECK_FALSE(contains(*s, "alice"));
+      }
+    }
+  }
+}
+
+TEST_CASE("unanswered requests expire; closing emits what is still in flight") {
+  json c = conversation("kafka_python.json", "fetch_v11_1p");
+  auto frames = frames_of(c);
+  Collector sink;
+  fc::kafka::Options options;
+  options.request_timeout_ns = 5'000;
+  Decoder decoder(sink, options);
+  decoder.open(1, 0);
+  decoder.data(1, Direction::kRequest, 1'000, 0, frames[0].bytes.size(), frames[0].bytes);
+  CHECK(sink.requests_seen == 1);
+  decoder.expire(5'500);  // not yet stale
+  CHECK(sink.exchanges.empty());
+  decoder.expire(6'001);
+  REQUIRE(sink.exchanges.size() == 1);
+  CHECK_FALSE(sink.exchanges[0].response_seen);
+  CHECK(sink.exchanges[0].fetch.partitions.size() == 1);
+  CHECK(decoder.counters().requests_unanswered == 1);
+  // The late response matches nothing now.
+  decoder.data(1, Direction::kResponse, 7'000, 0, frames[1].bytes.size(), frames[1].bytes);
+  CHECK(decoder.counters().responses_unmatched == 1);
+  CHECK(sink.exchanges.size() == 1);
+}
+
+TEST_CASE("a future Fetch version is skipped by length and counted") {
+  json c = conversation("kafka_python.json", "fetch_pipelined");  // v4, v7, v11 then responses
+  auto frames = frames_of(c);
+  frames[1].bytes[7] = 18;  // request 2 claims Fetch v18
+  Collector sink;
+  Decoder decoder(sink);
+  feed(decoder, frames, whole());
+  REQUIRE(sink.exchanges.size() == 3);
+  CHECK_FALSE(sink.exchanges[1].body_decoded);
+  CHECK(sink.exchanges[1].api_version == 18);
+  CHECK(sink.exchanges[1].response_seen);
+  check_exchange(c["expect"][0], sink.exchanges[0]);
+  check_exchange(c["expect"][2], sink.exchanges[2]);
+  bool counted = false;
+  for (const auto& a : decoder.api_counts()) {
+    if (a.api_key == 1 && a.api_version == 18) counted = a.requests == 1 && a.skipped == 1;
+  }
+  CHECK(counted);
+  CHECK(decoder.counters().resyncs == 0);
+}
+
+TEST_CASE("a session error forgets the session; later incremental fetches are misses") {
+  json c = conversation("node_clients.json", "platformatic_fetch_session_v13");
+  auto frames = frames_of(c);  // metadata, full fetch (creates 31337), incremental fetch
+  // Make the incremental response carry FETCH_SESSION_ID_NOT_FOUND (70) at top level:
+  // size(4) corr(4) header tags(1) throttle(4) error(2).
+  frames[5].bytes[13] = 0;
+  frames[5].bytes[14] = 70;
+  std::vector<Frame> with_retry = frames;
+  with_retry.push_back(frames[4]);  // the same incremental request again
+  Collector sink;
+  Decoder decoder(sink);
+  feed(decoder, with_retry, whole());
+  REQUIRE(sink.exchanges.size() == 4);
+  CHECK(sink.exchanges[2].fetch.error_code == 70);
+  CHECK(decoder.counters().session_misses == 1);  // the retry found no session
+  CHECK_FALSE(sink.exchanges[3].response_seen);
+}
+
+TEST_CASE("connections and in-flight requests stay bounded") {
+  json c = conversation("kafka_python.json", "fetch_v11_1p");
+  auto request = frames_of(c)[0].bytes;
+  Collector sink;
+  fc::kafka::Options options;
+  options.max_in_flight = 8;
+  Decoder decoder(sink, options);
+  decoder.open(1, 0);
+  std::uint64_t pos = 0;
+  for (int i = 0; i < 100; ++i) {
+    decoder.data(1, Direction::kRequest, i, pos, request.size(), request);
+    pos += request.size();
+  }
+  CHECK(sink.exchanges.size() >= 100 - 8);
+  for (const auto& ex : sink.exchanges) CHECK_FALSE(ex.response_seen);
+  decoder.close(1, 1000);
+  CHECK(sink.exchanges.size() == 100);
+  CHECK(decoder.connection_count() == 0);
+}
