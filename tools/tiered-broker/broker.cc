@@ -408,6 +408,7 @@ struct Group {
 
 class Broker {
  public:
+  struct FetchPlan;
   Broker(BrokerConfig config, LogStore* log, Ledger* ledger)
       : config_(std::move(config)), log_(log), ledger_(ledger) {}
   std::string start();
@@ -418,6 +419,15 @@ class Broker {
     requests_.push([this, req] { handle_guarded(*req); });
   }
   void run_on_handler(std::function<void()> fn) { requests_.push(std::move(fn)); }
+  // New records were appended: parked fetches run again now instead of at their deadline.
+  void data_appended() {
+    std::vector<std::shared_ptr<FetchPlan>> plans;
+    {
+      std::lock_guard lock(parked_mu_);
+      plans.swap(parked_);
+    }
+    for (auto& plan : plans) run_on_handler([this, plan] { execute_fetch(plan, false); });
+  }
   int port() const { return port_; }
   int tls_port() const { return tls_port_; }
   nlohmann::json stats();
@@ -447,7 +457,6 @@ class Broker {
   void offset_commit(Request& r, Reader& rd);
   void offset_fetch(Request& r, Reader& rd);
 
-  struct FetchPlan;
   void execute_fetch(std::shared_ptr<FetchPlan> plan, bool final_attempt);
   void finish_fetch(std::shared_ptr<FetchPlan> plan);
 
@@ -474,6 +483,9 @@ class Broker {
   BlockingQueue<std::function<void()>> remote_tasks_;
   Timer timer_;
   std::thread group_ticker_;
+
+  std::mutex parked_mu_;
+  std::vector<std::shared_ptr<FetchPlan>> parked_;
 
   std::mutex sessions_mu_;
   std::unordered_map<int32_t, std::shared_ptr<FetchSession>> sessions_;
@@ -538,10 +550,11 @@ void NetThread::run() {
       if (c.ssl) on_readable(id, c);
     }
     for (auto& r : ready) {
-      auto it = conns_.find(r.conn.id);
+      uint64_t id = r.conn.id;
+      auto it = conns_.find(id);
       if (it == conns_.end()) continue;  // the client went away meanwhile
       it->second.out.push_back(std::move(r));
-      flush(r.conn.id, it->second);
+      flush(id, it->second);
     }
   }
 }
@@ -1142,6 +1155,10 @@ struct Broker::FetchPlan {
   std::mutex mu;
   int remote_pending = 0;
   bool responded = false;
+  // A parked fetch (no data yet) runs again at its deadline or, earlier, when data is appended;
+  // exec_mu and `executed` make sure exactly one of those answers it.
+  std::mutex exec_mu;
+  bool executed = false, deadline_armed = false;
 };
 
 void Broker::fetch(Request& r, Reader& rd) {
@@ -1311,7 +1328,12 @@ void Broker::fetch(Request& r, Reader& rd) {
 }
 
 void Broker::execute_fetch(std::shared_ptr<FetchPlan> plan, bool final_attempt) {
-  if (plan->top_error) return finish_fetch(plan);
+  std::lock_guard exec_lock(plan->exec_mu);
+  if (plan->executed) return;
+  if (plan->top_error) {
+    plan->executed = true;
+    return finish_fetch(plan);
+  }
   int64_t budget = plan->max_bytes > 0 ? plan->max_bytes : INT32_MAX;
   uint64_t total = 0;
   bool remote_taken = false;
@@ -1348,13 +1370,23 @@ void Broker::execute_fetch(std::shared_ptr<FetchPlan> plan, bool final_attempt) 
   if (remote_parts.empty()) {
     bool enough = total >= uint64_t(std::max(plan->min_bytes, 1)) || total > 0;
     if (!enough && !final_attempt && plan->max_wait_ms > 0) {
-      // Nothing to send yet: park like Kafka's DelayedFetch, then answer with what exists.
-      timer_.at(plan->req.arrival + std::chrono::milliseconds(plan->max_wait_ms),
-                [this, plan] { run_on_handler([this, plan] { execute_fetch(plan, true); }); });
+      // Nothing to send yet: park like Kafka's DelayedFetch; answer at the deadline with what
+      // exists, or as soon as the appender adds data.
+      if (!plan->deadline_armed) {
+        plan->deadline_armed = true;
+        timer_.at(plan->req.arrival + std::chrono::milliseconds(plan->max_wait_ms),
+                  [this, plan] { run_on_handler([this, plan] { execute_fetch(plan, true); }); });
+      }
+      if (config_.wake_parked_fetches) {
+        std::lock_guard lock(parked_mu_);
+        parked_.push_back(plan);
+      }
       return;
     }
+    plan->executed = true;
     return finish_fetch(plan);
   }
+  plan->executed = true;
   {
     std::lock_guard lock(plan->mu);
     plan->remote_pending = int(remote_parts.size());
@@ -1911,6 +1943,7 @@ BrokerPtr start_broker(BrokerConfig config, LogStore* log, Ledger* ledger, std::
   return b;
 }
 void stop_broker(Broker* b) { b->stop(); }
+void notify_appended(Broker* b) { b->data_appended(); }
 int broker_port(Broker* b) { return b->port(); }
 int broker_tls_port(Broker* b) { return b->tls_port(); }
 nlohmann::json broker_stats(Broker* b) { return b->stats(); }

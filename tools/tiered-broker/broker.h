@@ -33,7 +33,8 @@ struct BrokerConfig {
   int remote_fetch_max_wait_ms = 500;
   int group_initial_delay_ms = 3000;  // group.initial.rebalance.delay.ms
   int node_id = 1;
-  int fetch_max_version = 17;  // lower it to make a client use an older Fetch version
+  int fetch_max_version = 17;
+  bool wake_parked_fetches = false;  // set when an appender runs (see notify_appended)  // lower it to make a client use an older Fetch version
 };
 
 class Broker;
@@ -46,6 +47,7 @@ using BrokerPtr = std::unique_ptr<Broker, BrokerDeleter>;
 BrokerPtr start_broker(BrokerConfig config, LogStore* log, Ledger* ledger,
                                      std::string* error);
 void stop_broker(Broker* b);
+void notify_appended(Broker* b);  // records were appended: wake fetches waiting for data
 int broker_port(Broker* b);
 int broker_tls_port(Broker* b);
 nlohmann::json broker_stats(Broker* b);

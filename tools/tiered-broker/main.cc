@@ -152,6 +152,7 @@ int main(int argc, char** argv) {
     std::cerr << "tiered-broker: --tls-port needs --tls-cert and --tls-key\n";
     return 2;
   }
+  bc.wake_parked_fetches = produce_interval_ms > 0;
   sc.transport = s3_transport == "openssl"  ? tb::S3Transport::kOpenSsl
                  : s3_transport == "gnutls" ? tb::S3Transport::kGnuTls
                                             : tb::S3Transport::kHttp;
@@ -249,6 +250,7 @@ int main(int argc, char** argv) {
       while (!stopping.load()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(produce_interval_ms));
         store.append_round();
+        tb::notify_appended(broker.get());
       }
     });
 
