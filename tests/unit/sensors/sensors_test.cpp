@@ -223,7 +223,10 @@ TEST_CASE("memory per live sensor stays under 1 KiB") {
     const double per_sensor = static_cast<double>(heap_after - heap_before) / 10'000;
     MESSAGE("heap bytes per sensor: " << per_sensor << ", table's estimate: "
                                       << table.stats().approx_memory_bytes / 10'000.0);
+    CHECK(table.stats().approx_memory_bytes / 10'000.0 <= 1024);
+#ifndef __SANITIZE_ADDRESS__  // ASan's allocator does not report through mallinfo2
     CHECK(per_sensor <= 1024);
     CHECK(table.stats().approx_memory_bytes / 10'000.0 == doctest::Approx(per_sensor).epsilon(0.3));
+#endif
   }
 }
