@@ -36,8 +36,8 @@ class JsonSink : public fc::kafka::Sink {
     if (ex.request_truncated) j["request_truncated"] = true;
     if (ex.response_seen) {
       j["response_size"] = ex.response_size;
-      j["latency_ms"] = (static_cast<double>(ex.response_end_ns) -
-                         static_cast<double>(ex.request_time_ns)) / 1e6;
+      j["latency_ms"] =
+          (static_cast<double>(ex.response_end_ns) - static_cast<double>(ex.request_time_ns)) / 1e6;
       j["error_code"] = ex.response_error_code;
       if (ex.response_truncated) j["response_truncated"] = true;
     } else {
@@ -138,8 +138,11 @@ int run_decode(const DecodeOptions& options) {
     j["opaque_frames"] = c.opaque_frames;
     nlohmann::json apis = nlohmann::json::array();
     for (const auto& a : decoder.api_counts()) {
-      apis.push_back({{"api_key", a.api_key}, {"version", a.api_version}, {"requests", a.requests},
-                      {"decoded", a.decoded}, {"skipped", a.skipped}});
+      apis.push_back({{"api_key", a.api_key},
+                      {"version", a.api_version},
+                      {"requests", a.requests},
+                      {"decoded", a.decoded},
+                      {"skipped", a.skipped}});
     }
     j["apis"] = std::move(apis);
     std::cerr << j.dump() << '\n';
@@ -153,8 +156,9 @@ void add_decode_command(CLI::App& app) {
   auto options = std::make_shared<DecodeOptions>();
   CLI::App* cmd = app.add_subcommand(
       "decode", "Decode Kafka requests/responses from a pcap file: one JSON line per pair");
-  cmd->add_option("--pcap", options->pcap, "pcap or pcapng file")->required()->check(
-      CLI::ExistingFile);
+  cmd->add_option("--pcap", options->pcap, "pcap or pcapng file")
+      ->required()
+      ->check(CLI::ExistingFile);
   cmd->add_option("--port", options->port,
                   "broker port (0: every TCP connection, the server side taken from its SYN)")
       ->capture_default_str();

@@ -154,12 +154,14 @@ bool parse(int linktype, const pcap_pkthdr& h, const std::uint8_t* data, Packet*
 struct PcapSource::Impl {
   PcapOptions options;
   std::map<std::pair<Endpoint, Endpoint>, Flow> flows;  // (client, broker)
-  std::vector<std::string> names{""};                    // by connection id
+  std::vector<std::string> names{""};                   // by connection id
   std::uint64_t next_connection = 1;
 };
 
 PcapSource::PcapSource(PcapOptions options) : impl_(new Impl{std::move(options)}) {}
-PcapSource::~PcapSource() { delete impl_; }
+PcapSource::~PcapSource() {
+  delete impl_;
+}
 
 std::string PcapSource::describe(std::uint64_t connection) const {
   return connection < impl_->names.size() ? impl_->names[connection] : "";
@@ -219,7 +221,8 @@ Result<PcapStats> PcapSource::run(kafka::Decoder& decoder) {
     auto key = std::make_pair(client, broker);
     auto it = impl_->flows.find(key);
     const bool syn = pkt.flags & kSyn;
-    if (it == impl_->flows.end() || (syn && to_broker && !(pkt.flags & kAck) && it->second.closed)) {
+    if (it == impl_->flows.end() ||
+        (syn && to_broker && !(pkt.flags & kAck) && it->second.closed)) {
       // A new connection (first sight, or a new SYN on a reused 4-tuple).
       if (it != impl_->flows.end()) {
         if (!it->second.closed) decoder.close(it->second.connection, ns);

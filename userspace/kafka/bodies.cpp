@@ -81,7 +81,7 @@ bool decodes_request_body(std::int16_t api_key, std::int16_t version) {
 bool decodes_response_body(std::int16_t api_key, std::int16_t version) {
   if (!decodes(api_key, version)) return false;
   if (api_key == api::kMetadata) return version >= 10;  // earlier versions carry no topic ids
-  if (api_key == api::kOffsetCommit) return false;    // no top-level error; group is in request
+  if (api_key == api::kOffsetCommit) return false;      // no top-level error; group is in request
   return true;
 }
 
@@ -246,8 +246,8 @@ bool group_request(wire::Reader& r, std::int16_t api_key, std::int16_t v, Exchan
   ex.group_id = r.string(flexible);
   switch (api_key) {
     case api::kJoinGroup:
-      r.i32();                   // session_timeout_ms
-      if (v >= 1) r.i32();       // rebalance_timeout_ms
+      r.i32();              // session_timeout_ms
+      if (v >= 1) r.i32();  // rebalance_timeout_ms
       ex.member_id = r.string(flexible);
       break;
     case api::kSyncGroup:

@@ -43,7 +43,14 @@ struct FetchSession {
 };
 
 enum class Mode : std::uint8_t { kResync, kFrameStart, kBody, kFetchResponse };
-enum class FetchStep : std::uint8_t { kHeader, kTopic, kPartition, kPartitionTags, kTopicTags, kTail };
+enum class FetchStep : std::uint8_t {
+  kHeader,
+  kTopic,
+  kPartition,
+  kPartitionTags,
+  kTopicTags,
+  kTail
+};
 
 struct DirectionState {
   explicit DirectionState(const stream::Limits& limits) : stream(limits) {}
@@ -406,8 +413,8 @@ struct Decoder::Impl {
 
   void apply_fetch_request(Connection& c, FetchExchange& f) {
     if (f.session_id == 0) {
-      f.session_kind = f.session_epoch == 0 ? FetchSessionKind::kFullNewSession
-                                            : FetchSessionKind::kSessionless;
+      f.session_kind =
+          f.session_epoch == 0 ? FetchSessionKind::kFullNewSession : FetchSessionKind::kSessionless;
       return;
     }
     if (f.session_epoch == -1) {
@@ -551,7 +558,8 @@ struct Decoder::Impl {
           ex->response_size = size;
           d.exchange = ex;
           d.header_size = 8;
-          const bool flexible_header = bodies::response_header_is_flexible(ex->api_key, ex->api_version);
+          const bool flexible_header =
+              bodies::response_header_is_flexible(ex->api_key, ex->api_version);
           if (ex->body_decoded && ex->api_key == api::kFetch) {
             s.advance(8);
             d.mode = Mode::kFetchResponse;
@@ -911,14 +919,18 @@ void Decoder::close_all(std::uint64_t time_ns) {
   for (auto id : ids) close(id, time_ns);
 }
 
-void Decoder::learn_topic(const Uuid& id, std::string_view name) { impl_->learn(id, name); }
+void Decoder::learn_topic(const Uuid& id, std::string_view name) {
+  impl_->learn(id, name);
+}
 
 const std::string* Decoder::topic_name(const Uuid& id) const {
   auto it = impl_->topic_names.find(id);
   return it == impl_->topic_names.end() ? nullptr : &it->second;
 }
 
-const Counters& Decoder::counters() const { return impl_->counters; }
+const Counters& Decoder::counters() const {
+  return impl_->counters;
+}
 
 std::vector<ApiCount> Decoder::api_counts() const {
   std::vector<ApiCount> out;
@@ -932,6 +944,8 @@ std::vector<ApiCount> Decoder::api_counts() const {
   return out;
 }
 
-std::size_t Decoder::connection_count() const { return impl_->connections.size(); }
+std::size_t Decoder::connection_count() const {
+  return impl_->connections.size();
+}
 
 }  // namespace fc::kafka

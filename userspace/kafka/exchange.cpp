@@ -3,15 +3,44 @@
 namespace fc::kafka {
 
 const char* api_name(std::int16_t api_key) {
-  static constexpr const char* kNames[] = {
-      "Produce", "Fetch", "ListOffsets", "Metadata", "LeaderAndIsr", "StopReplica",
-      "UpdateMetadata", "ControlledShutdown", "OffsetCommit", "OffsetFetch", "FindCoordinator",
-      "JoinGroup", "Heartbeat", "LeaveGroup", "SyncGroup", "DescribeGroups", "ListGroups",
-      "SaslHandshake", "ApiVersions", "CreateTopics", "DeleteTopics", "DeleteRecords",
-      "InitProducerId", "OffsetForLeaderEpoch", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn",
-      "WriteTxnMarkers", "TxnOffsetCommit", "DescribeAcls", "CreateAcls", "DeleteAcls",
-      "DescribeConfigs", "AlterConfigs", "AlterReplicaLogDirs", "DescribeLogDirs",
-      "SaslAuthenticate", "CreatePartitions"};
+  static constexpr const char* kNames[] = {"Produce",
+                                           "Fetch",
+                                           "ListOffsets",
+                                           "Metadata",
+                                           "LeaderAndIsr",
+                                           "StopReplica",
+                                           "UpdateMetadata",
+                                           "ControlledShutdown",
+                                           "OffsetCommit",
+                                           "OffsetFetch",
+                                           "FindCoordinator",
+                                           "JoinGroup",
+                                           "Heartbeat",
+                                           "LeaveGroup",
+                                           "SyncGroup",
+                                           "DescribeGroups",
+                                           "ListGroups",
+                                           "SaslHandshake",
+                                           "ApiVersions",
+                                           "CreateTopics",
+                                           "DeleteTopics",
+                                           "DeleteRecords",
+                                           "InitProducerId",
+                                           "OffsetForLeaderEpoch",
+                                           "AddPartitionsToTxn",
+                                           "AddOffsetsToTxn",
+                                           "EndTxn",
+                                           "WriteTxnMarkers",
+                                           "TxnOffsetCommit",
+                                           "DescribeAcls",
+                                           "CreateAcls",
+                                           "DeleteAcls",
+                                           "DescribeConfigs",
+                                           "AlterConfigs",
+                                           "AlterReplicaLogDirs",
+                                           "DescribeLogDirs",
+                                           "SaslAuthenticate",
+                                           "CreatePartitions"};
   if (api_key >= 0 && api_key < static_cast<int>(std::size(kNames))) return kNames[api_key];
   return "unknown";
 }

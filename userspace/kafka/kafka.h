@@ -73,10 +73,10 @@ struct FetchTopic {
 };
 
 enum class FetchSessionKind : std::uint8_t {
-  kSessionless,    // v4–6, or session_epoch -1 (full fetch without a session)
-  kFullNewSession, // session_id 0, epoch 0: full fetch asking for a new session
-  kIncremental,    // session_id != 0, epoch > 0: lists only added/changed partitions
-  kCloseSession,   // session_id != 0, epoch -1
+  kSessionless,     // v4–6, or session_epoch -1 (full fetch without a session)
+  kFullNewSession,  // session_id 0, epoch 0: full fetch asking for a new session
+  kIncremental,     // session_id != 0, epoch > 0: lists only added/changed partitions
+  kCloseSession,    // session_id != 0, epoch -1
 };
 const char* to_string(FetchSessionKind kind);
 
@@ -114,7 +114,7 @@ struct Exchange {
   std::uint64_t request_time_ns = 0;
   std::uint64_t response_start_ns = 0;
   std::uint64_t response_end_ns = 0;
-  std::uint32_t request_size = 0;   // frame size (after the 4-byte length)
+  std::uint32_t request_size = 0;  // frame size (after the 4-byte length)
   std::uint32_t response_size = 0;
   bool response_seen = false;       // false: expired, closed, or a later response overtook it
   bool body_decoded = false;        // false: skipped by length (Produce, SASL, unknown version)
@@ -122,7 +122,7 @@ struct Exchange {
   bool response_truncated = false;  // part of the response (beyond records) was in a hole
   std::int16_t response_error_code = 0;  // top-level error where the API has one
 
-  FetchExchange fetch;  // api_key == kFetch
+  FetchExchange fetch;   // api_key == kFetch
   std::string group_id;  // JoinGroup/SyncGroup/Heartbeat/OffsetCommit/LeaveGroup
   std::string member_id;
   std::string client_software_name;  // ApiVersions v3+
@@ -150,7 +150,7 @@ struct Options {
   std::uint32_t max_decoded_frame = 1u << 20;
   std::uint32_t max_frame = 256u << 20;  // larger sizes are not a frame: resynchronise
   std::uint64_t request_timeout_ns = 120'000'000'000ull;
-  std::size_t max_in_flight = 256;          // per connection
+  std::size_t max_in_flight = 256;               // per connection
   std::size_t max_session_partitions = 100'000;  // per connection, all sessions
   std::size_t max_topic_ids = 1'000'000;
 };

@@ -40,7 +40,7 @@ struct Stats {
 // What lies at the read position.
 struct View {
   std::span<const std::uint8_t> data;  // captured bytes contiguous from the read position
-  std::uint64_t hole = 0;  // > 0: the read position is inside a hole this long (so far)
+  std::uint64_t hole = 0;              // > 0: the read position is inside a hole this long (so far)
   // Neither: nothing is known yet at the read position (wait for more pieces).
   bool more_follows = false;  // something resolved (a hole) follows `data`: it will not grow
 };

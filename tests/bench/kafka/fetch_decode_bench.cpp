@@ -21,7 +21,9 @@ struct Encoder {
   void i8(int v) { b.push_back(static_cast<std::uint8_t>(v)); }
   void i16(int v) { i8(v >> 8), i8(v); }
   void i32(std::int32_t v) { i16(v >> 16), i16(v & 0xffff); }
-  void i64(std::int64_t v) { i32(static_cast<std::int32_t>(v >> 32)), i32(static_cast<std::int32_t>(v)); }
+  void i64(std::int64_t v) {
+    i32(static_cast<std::int32_t>(v >> 32)), i32(static_cast<std::int32_t>(v));
+  }
   void uvarint(std::uint32_t v) {
     while (v >= 0x80) i8((v & 0x7f) | 0x80), v >>= 7;
     i8(v);
@@ -32,7 +34,8 @@ struct Encoder {
   }
   void frame_size_prefix() {
     auto n = static_cast<std::uint32_t>(b.size());
-    std::uint8_t head[4] = {std::uint8_t(n >> 24), std::uint8_t(n >> 16), std::uint8_t(n >> 8), std::uint8_t(n)};
+    std::uint8_t head[4] = {std::uint8_t(n >> 24), std::uint8_t(n >> 16), std::uint8_t(n >> 8),
+                            std::uint8_t(n)};
     b.insert(b.begin(), head, head + 4);
   }
 };
@@ -187,7 +190,8 @@ void bench(int version, int partitions, bool with_responses) {
   }
   const auto& c = decoder.counters();
   if (c.parse_errors || c.resyncs || (with_responses && sink.exchanges + 1 < n)) {
-    std::fprintf(stderr, "bench: decoding went wrong (errors %lu, resyncs %lu, exchanges %lu/%lu)\n",
+    std::fprintf(stderr,
+                 "bench: decoding went wrong (errors %lu, resyncs %lu, exchanges %lu/%lu)\n",
                  (unsigned long)c.parse_errors, (unsigned long)c.resyncs,
                  (unsigned long)sink.exchanges, (unsigned long)n);
     std::exit(1);
@@ -204,7 +208,8 @@ int main(int argc, char** argv) {
     bench(std::atoi(argv[1]), std::atoi(argv[2]), std::atoi(argv[3]) != 0);
     return 0;
   }
-  std::printf("Fetch decoding, one core (one Decoder, one connection; thread CPU time, best of 5)\n\n");
+  std::printf(
+      "Fetch decoding, one core (one Decoder, one connection; thread CPU time, best of 5)\n\n");
   std::printf("| ver | partitions | input | Fetch requests/s | request bytes/s | per request |\n");
   std::printf("|-----|-----|------------------------|--------------|---------------|----------|\n");
   for (int version : {11, 13}) {

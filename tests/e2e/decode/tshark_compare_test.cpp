@@ -40,7 +40,8 @@ TEST_CASE("fetchcost decode agrees with tshark on every request tshark decodes")
   const std::string port = std::to_string(BROKER_PORT);
   // fetchcost: key (client port, correlation id).
   std::map<std::pair<std::string, long>, nlohmann::json> decoded;
-  std::istringstream lines(run(std::string(FETCHCOST_BIN) + " decode --pcap " PCAP_FILE " --port " + port));
+  std::istringstream lines(
+      run(std::string(FETCHCOST_BIN) + " decode --pcap " PCAP_FILE " --port " + port));
   for (std::string line; std::getline(lines, line);) {
     auto j = nlohmann::json::parse(line);
     std::string conn = j["connection"];  // "ip:port->ip:port"

@@ -59,7 +59,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fc::kafka::Decoder decoder(sink, options);
   const std::uint64_t conn = 1 + (flags >> 5);
   if (flags & 1) decoder.open(conn, 0);
-  Cutter req{std::minstd_rand(flags * 7919u + static_cast<unsigned>(size)), data, req_len, 0, 0, flags};
+  Cutter req{
+      std::minstd_rand(flags * 7919u + static_cast<unsigned>(size)), data, req_len, 0, 0, flags};
   Cutter resp{std::minstd_rand(flags * 104729u + 1), data + req_len, size - req_len, 0, 0, flags};
   std::uint64_t time = 1;
   std::vector<std::uint8_t> held;  // a piece delayed to arrive out of order
@@ -87,7 +88,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   while (more) {
     more = deliver(fc::kafka::Direction::kRequest, req);
     // Responses trail requests: keep the response stream at most as far along, proportionally.
-    while (resp.at * std::max<std::size_t>(req.size, 1) <= req.at * resp.size && resp.at < resp.size) {
+    while (resp.at * std::max<std::size_t>(req.size, 1) <= req.at * resp.size &&
+           resp.at < resp.size) {
       if (!deliver(fc::kafka::Direction::kResponse, resp)) break;
     }
     if (time % 64 == 0) decoder.close_gaps(time);

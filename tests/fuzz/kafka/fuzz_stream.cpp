@@ -17,7 +17,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   s.set_start(0);
   // Truth: every stream position's byte is a function of the position, so any byte a view
   // shows can be checked without tracking which piece supplied it.
-  auto byte_at = [](std::uint64_t pos) { return static_cast<std::uint8_t>(pos * 131 + (pos >> 8)); };
+  auto byte_at = [](std::uint64_t pos) {
+    return static_cast<std::uint8_t>(pos * 131 + (pos >> 8));
+  };
   std::vector<std::uint8_t> piece;
   std::uint64_t frontier = 0;  // highest position handed out so far
   for (std::size_t i = 0; i + 3 <= size; i += 3) {

@@ -40,9 +40,9 @@ struct Frame {
 inline std::vector<Frame> frames_of(const json& conversation) {
   std::vector<Frame> frames;
   for (const auto& f : conversation["frames"]) {
-    frames.push_back({f["direction"] == "request" ? kafka::Direction::kRequest
-                                                  : kafka::Direction::kResponse,
-                      from_hex(f["hex"])});
+    frames.push_back(
+        {f["direction"] == "request" ? kafka::Direction::kRequest : kafka::Direction::kResponse,
+         from_hex(f["hex"])});
   }
   return frames;
 }
@@ -165,9 +165,8 @@ inline void check_exchange(const json& e, const kafka::Exchange& ex) {
   if (!e.contains("fetch")) return;
   const json& f = e["fetch"];
   const kafka::FetchExchange& got = ex.fetch;
-  for (const char* key : {"replica_id", "max_wait_ms", "min_bytes", "max_bytes",
-                          "isolation_level", "session_id", "session_epoch",
-                          "response_session_id"}) {
+  for (const char* key : {"replica_id", "max_wait_ms", "min_bytes", "max_bytes", "isolation_level",
+                          "session_id", "session_epoch", "response_session_id"}) {
     if (!f.contains(key)) continue;
     long long value = std::string(key) == "replica_id"        ? got.replica_id
                       : std::string(key) == "max_wait_ms"     ? got.max_wait_ms

@@ -40,7 +40,8 @@ Policy records_as_holes(const json& conversation) {
   for (const auto& r : conversation["records_hex"]) records.push_back(from_hex(r));
   return [records](const Frame& f, std::size_t) {
     std::vector<Cut> cuts;
-    if (f.direction == Direction::kRequest) return std::vector<Cut>{{0, f.bytes.size(), f.bytes.size()}};
+    if (f.direction == Direction::kRequest)
+      return std::vector<Cut>{{0, f.bytes.size(), f.bytes.size()}};
     std::size_t at = 0;
     for (const auto& r : records) {
       auto it = std::search(f.bytes.begin() + static_cast<std::ptrdiff_t>(at), f.bytes.end(),
@@ -59,9 +60,13 @@ Policy records_as_holes(const json& conversation) {
 
 }  // namespace
 
-TEST_CASE("client-encoded conversations decode from whole frames") { run_policy(whole()); }
+TEST_CASE("client-encoded conversations decode from whole frames") {
+  run_policy(whole());
+}
 
-TEST_CASE("client-encoded conversations decode from 1-byte pieces") { run_policy(every(1)); }
+TEST_CASE("client-encoded conversations decode from 1-byte pieces") {
+  run_policy(every(1));
+}
 
 TEST_CASE("client-encoded conversations decode with 4- and 8-byte header splits") {
   run_policy(split_at(4));
@@ -105,7 +110,8 @@ TEST_CASE("attached mid-stream: resynchronises and decodes from the next whole f
     if (c["expect"].size() * 2 != frames.size()) continue;
     // Topic ids resolve through the Metadata exchange this test cuts off.
     if (c["expect"][0]["api_key"] == 3) continue;
-    for (std::size_t skip : {1ul, 3ul, 5ul, frames[0].bytes.size() / 2, frames[0].bytes.size() - 1}) {
+    for (std::size_t skip :
+         {1ul, 3ul, 5ul, frames[0].bytes.size() / 2, frames[0].bytes.size() - 1}) {
       INFO("conversation " << c["name"].get<std::string>() << " skip " << skip);
       ++tried;
       Collector sink;
@@ -133,7 +139,8 @@ TEST_CASE("a request header in a hole loses that exchange only") {
     INFO("hole over the first " << hole_len << " bytes of request 2");
     Policy policy = [hole_len](const Frame& f, std::size_t i) {
       if (i != 1) return std::vector<Cut>{{0, f.bytes.size(), f.bytes.size()}};
-      return std::vector<Cut>{{0, hole_len, 0}, {hole_len, f.bytes.size(), f.bytes.size() - hole_len}};
+      return std::vector<Cut>{{0, hole_len, 0},
+                              {hole_len, f.bytes.size(), f.bytes.size() - hole_len}};
     };
     Collector sink;
     Decoder decoder(sink);
