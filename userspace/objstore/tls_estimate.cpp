@@ -5,7 +5,6 @@ namespace fc::objstore {
 namespace {
 
 constexpr std::uint8_t kTlsHandshake = 0x16;
-constexpr std::uint8_t kTlsChangeCipherSpec = 0x14;
 
 }  // namespace
 
@@ -17,10 +16,11 @@ void TlsCycleEstimator::on_piece(Direction direction, std::uint64_t length,
                                  std::span<const std::uint8_t> first_bytes,
                                  std::uint64_t timestamp_ns, std::uint32_t thread_id) {
   if (length == 0) return;
-  // Record headers are plaintext: a burst starting with a handshake or ChangeCipherSpec record
-  // is the TLS handshake, not a request.
-  const bool handshake_record = !first_bytes.empty() && (first_bytes[0] == kTlsHandshake ||
-                                                         first_bytes[0] == kTlsChangeCipherSpec);
+  // Record headers are plaintext: a burst that starts with a handshake record (ClientHello,
+  // TLS 1.2 ClientKeyExchange, the server's flight) is the handshake, not a request. TLS 1.3's
+  // second client flight (ChangeCipherSpec + encrypted Finished, ~64 bytes) is below
+  // min_request_bytes unless the first request rides in the same burst — then it counts.
+  const bool handshake_record = !first_bytes.empty() && first_bytes[0] == kTlsHandshake;
   if (direction == Direction::kRequest) {
     if (have_response_ || !in_request_) {
       finish_cycle();

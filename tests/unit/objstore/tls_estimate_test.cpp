@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "objstore/objstore.h"
@@ -69,4 +71,40 @@ TEST_CASE("estimated: unsolicited reads and tiny writes are not GETs; errors car
   CHECK(gets[0].body_bytes == 0);
   CHECK(gets[0].status == 0);
   CHECK(gets[0].billable_bytes() == 0);
+}
+
+TEST_CASE("real TLS flow (curl → s3rver over TLS): one estimate per GET, bytes within 1%") {
+  // Recorded by tests/fixtures/objstore/record.sh: each line is one read as a proxy saw it.
+  std::ifstream flow(std::string(FC_OBJSTORE_FIXTURES) + "/s3rver-tls.flow");
+  std::ifstream truth(std::string(FC_OBJSTORE_FIXTURES) + "/s3rver-tls.expected");
+  REQUIRE(flow.good());
+  REQUIRE(truth.good());
+  std::vector<ObjectGet> gets;
+  TlsCycleEstimator estimator(3, {}, [&](const ObjectGet& g) { gets.push_back(g); });
+  std::string direction, header_hex;
+  std::uint64_t length = 0, t = 0;
+  while (flow >> direction >> length >> header_hex) {
+    std::vector<std::uint8_t> header;
+    for (std::size_t i = 0; i + 1 < header_hex.size(); i += 2) {
+      header.push_back(static_cast<std::uint8_t>(std::stoi(header_hex.substr(i, 2), nullptr, 16)));
+    }
+    estimator.on_piece(direction == "request" ? Direction::kRequest : Direction::kResponse, length,
+                       header, ++t, 1);
+  }
+  estimator.close();
+  std::vector<std::uint64_t> expected;
+  std::string method;
+  int status = 0;
+  std::uint64_t bytes = 0;
+  while (truth >> method >> status >> bytes) expected.push_back(bytes);
+  REQUIRE(gets.size() == expected.size());
+  std::uint64_t total_estimated = 0, total_truth = 0;
+  for (std::size_t i = 0; i < gets.size(); ++i) {
+    INFO("GET " << i << ": estimated " << gets[i].body_bytes << ", curl " << expected[i]);
+    CHECK(gets[i].body_bytes == doctest::Approx(static_cast<double>(expected[i])).epsilon(0.01));
+    CHECK(gets[i].status == 200);
+    total_estimated += gets[i].body_bytes;
+    total_truth += expected[i];
+  }
+  MESSAGE("estimated " << total_estimated << " body bytes, curl received " << total_truth);
 }
