@@ -36,6 +36,10 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Set by userspace before load. */
 const volatile __u32 cfg_self_tgid = 0; /* never trace fetchcostd itself */
+/* Wake the reader only when a ring's unread data crosses this many bytes: a wakeup per record
+ * (the ring buffer's default) costs an irq_work (an IPI, a VM exit under virtualisation) of
+ * about a microsecond. Userspace polls with a timeout, so records never wait longer than it. */
+const volatile __u64 cfg_wakeup_bytes = 1;
 
 /* Written by userspace at run time (skeleton .bss). */
 __u64 policy_epoch = 0; /* bumped whenever a policy map changes: connections re-resolve */
@@ -196,10 +200,20 @@ static __always_inline void count(__u32 which) {
   if (c) *c += 1;
 }
 
+static __always_inline __u64 wakeup_flags(void* rb, __u64 size) {
+  __u64 avail = bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA);
+  return (avail < cfg_wakeup_bytes && avail + size >= cfg_wakeup_bytes) ? BPF_RB_FORCE_WAKEUP
+                                                                        : BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline int submit(void* data, __u64 size) {
   __u32 cpu = bpf_get_smp_processor_id();
   void* rb = bpf_map_lookup_elem(&ringbufs, &cpu);
-  if (!rb || bpf_ringbuf_output(rb, data, size, 0) != 0) {
+  if (!rb) {
+    count(FC_COUNTER_DROPS);
+    return -1;
+  }
+  if (bpf_ringbuf_output(rb, data, size, wakeup_flags(rb, size)) != 0) {
     count(FC_COUNTER_DROPS);
     return -1;
   }
@@ -402,6 +416,53 @@ static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u
   if (off < ret && i >= FC_MAX_SEGMENTS) ev->hdr.c.flags |= FC_FLAG_TRUNCATED_SEGS;
 }
 
+/* One-range calls (read/write/sendto/recvfrom) copy straight into ring buffer memory: one copy
+ * instead of two. The record has a fixed size class (reservations are constant-sized), so up to
+ * a class's size minus the capture is unused tail; `captured` says what is valid. */
+#define FC_DIRECT_CLASS(N)                                                                   \
+  do {                                                                                       \
+    struct {                                                                                 \
+      struct fc_data_event hdr;                                                              \
+      __u8 data[N];                                                                          \
+    }* r;                                                                                    \
+    __u64 flags = wakeup_flags(rb, sizeof(*r));                                              \
+    r = bpf_ringbuf_reserve(rb, sizeof(*r), 0);                                              \
+    if (!r) {                                                                                \
+      count(FC_COUNTER_DROPS);                                                               \
+      return;                                                                                \
+    }                                                                                        \
+    __u64 n = want;                                                                          \
+    /* Clamp in asm so the compiler cannot drop the bound the verifier needs. */             \
+    asm volatile("if %[n] <= %[max] goto +1; %[n] = %[max]" : [n] "+r"(n) : [max] "i"(N));   \
+    __builtin_memcpy(&r->hdr, &ev->hdr, sizeof(r->hdr));                                     \
+    if (bpf_probe_read_user(r->data, n, (const void*)buf) == 0) {                            \
+      r->hdr.captured = n;                                                                   \
+      r->hdr.nsegs = 1;                                                                      \
+      r->hdr.segs[0].offset = 0;                                                             \
+      r->hdr.segs[0].length = n;                                                             \
+    } else {                                                                                 \
+      count(FC_COUNTER_COPY_FAULTS);                                                         \
+      r->hdr.c.flags |= FC_FLAG_COPY_FAULT;                                                  \
+    }                                                                                        \
+    bpf_ringbuf_submit(r, flags);                                                            \
+    count(FC_COUNTER_EVENTS);                                                                \
+  } while (0)
+
+static __always_inline void emit_direct(struct event_buf* ev, __u32 want, __u64 buf) {
+  __u32 cpu = bpf_get_smp_processor_id();
+  void* rb = bpf_map_lookup_elem(&ringbufs, &cpu);
+  if (!rb) {
+    count(FC_COUNTER_DROPS);
+    return;
+  }
+  if (want <= 512)
+    FC_DIRECT_CLASS(512);
+  else if (want <= 4096)
+    FC_DIRECT_CLASS(4096);
+  else
+    FC_DIRECT_CLASS(FC_MAX_CAPTURE);
+}
+
 /* One data event for a target's socket call. a0..a3 are the syscall's arguments (fd, buffer,
  * count/iovcnt, flags) when `src` names a syscall, else ignored. */
 static __always_inline void emit_data(struct conn_state* st, const struct fc_target* t,
@@ -439,6 +500,12 @@ static __always_inline void emit_data(struct conn_state* st, const struct fc_tar
   ev->hdr.tls_lib = 0;
   ev->hdr.reserved = 0;
 
+  if (!st->tls && st->policy.role != FC_ROLE_IGNORE && st->policy.bytes_per_call > 0 &&
+      (src == FC_SRC_READ || src == FC_SRC_WRITE || src == FC_SRC_SENDTO ||
+       src == FC_SRC_RECVFROM)) {
+    emit_direct(ev, min_u32(ret, st->policy.bytes_per_call), buf);
+    return;
+  }
   if (st->tls) {
     ev->hdr.c.flags |= FC_FLAG_TLS_CIPHERTEXT;
   } else if (st->policy.role != FC_ROLE_IGNORE && st->policy.bytes_per_call > 0) {
@@ -484,16 +551,22 @@ static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 
   if (!t) return 0;
   if (direction == FC_DIR_RECV && (flags & MSG_PEEK)) return 0; /* not consumed */
 
+  /* Trusted BTF pointers: plain (CO-RE relocated) loads, no probe-read helper calls. */
   struct task_struct* task = bpf_get_current_task_btf();
   struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(task);
   __u8 src = FC_SRC_IO_URING;
   long nr = -1;
-  if (!(BPF_CORE_READ(task, flags) & PF_IO_WORKER)) {
-    nr = BPF_CORE_READ(regs, orig_ax);
+  if (!(task->flags & PF_IO_WORKER)) {
+    nr = regs->orig_ax;
     src = source_of(nr);
   }
   __s32 fd = -1;
-  if (src != FC_SRC_UNKNOWN && src != FC_SRC_IO_URING) fd = (__s32)BPF_CORE_READ(regs, di);
+  __u64 arg_buf = 0, arg_cnt = 0;
+  if (src != FC_SRC_UNKNOWN && src != FC_SRC_IO_URING) {
+    fd = (__s32)regs->di;
+    arg_buf = regs->si;
+    arg_cnt = regs->dx;
+  }
 
   __u64 key = (__u64)sk;
   __u64 cookie = bpf_get_socket_cookie(sk);
@@ -504,8 +577,7 @@ static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 
   } else if (st->ignored) {
     return 0;
   }
-  emit_data(st, t, pid_tgid, key, src, BPF_CORE_READ(regs, si), BPF_CORE_READ(regs, dx),
-            (__u32)ret, direction);
+  emit_data(st, t, pid_tgid, key, src, arg_buf, arg_cnt, (__u32)ret, direction);
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <bpf/libbpf.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -216,6 +217,9 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
   impl->skel = fetchcost_capture__open();
   if (!impl->skel) return make_error("cannot open the BPF object: " + errno_text(errno));
   impl->skel->rodata->cfg_self_tgid = static_cast<__u32>(getpid());
+  impl->ring_bytes = round_up_pow2(options.ring_bytes_per_cpu);
+  impl->skel->rodata->cfg_wakeup_bytes =
+      options.wakeup_bytes ? options.wakeup_bytes : std::max<std::size_t>(impl->ring_bytes / 8, 1);
 
   // Feature probe result: load exactly one socket variant; TLS programs load always (they are
   // attached per target later, by hand).
@@ -230,7 +234,6 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
 
   // The ring buffers are created here so their size is the one the verifier checks every
   // inner map against (the first one doubles as the array's inner-map template).
-  impl->ring_bytes = round_up_pow2(options.ring_bytes_per_cpu);
   for (int cpu = 0; cpu < impl->cpus; ++cpu) {
     int fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "fc_ring", 0, 0,
                             static_cast<__u32>(impl->ring_bytes), nullptr);
@@ -358,9 +361,13 @@ void Capture::clear_connection_policy(std::uint64_t conn_id) {
 }
 
 Result<int> Capture::poll(int timeout_ms) {
+  // Records do not wake the reader one by one (see cfg_wakeup_bytes): wait for a wakeup or the
+  // timeout, then read whatever every ring holds.
   int n = ring_buffer__poll(impl_->rings, timeout_ms);
   if (n < 0 && n != -EINTR) return make_error("reading ring buffers failed: " + errno_text(n));
-  return n < 0 ? 0 : n;
+  int m = ring_buffer__consume(impl_->rings);
+  if (m < 0 && m != -EINTR) return make_error("reading ring buffers failed: " + errno_text(m));
+  return (n < 0 ? 0 : n) + (m < 0 ? 0 : m);
 }
 
 std::vector<Counters> Capture::per_cpu() const {

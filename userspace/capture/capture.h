@@ -36,6 +36,9 @@ struct Policy {
 
 struct Options {
   std::size_t ring_bytes_per_cpu = 4u << 20;  // rounded up to a power of two, >= page size
+  // A ring wakes the reader when its unread data crosses this (0 = an eighth of the ring);
+  // otherwise records wait for poll()'s timeout. Per-record wakeups cost ~1 us each.
+  std::size_t wakeup_bytes = 0;
   Policy default_policy;                      // for targets added without their own policy
   Variant variant = Variant::kAuto;           // kSyscallTracepoints forces the fallback
   bool tls = true;                            // attach TLS uprobes to targets' TLS libraries
