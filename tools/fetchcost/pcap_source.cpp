@@ -56,7 +56,7 @@ struct SeqMap {
 struct Flow {
   std::uint64_t connection = 0;
   SeqMap requests, responses;
-  int fins = 0;
+  bool fin_from_client = false, fin_from_broker = false;  // a retransmitted FIN counts once
   bool closed = false;
 };
 
@@ -256,7 +256,8 @@ Result<PcapStats> PcapSource::run(kafka::Decoder& decoder) {
       flow.closed = true;
       decoder.close(flow.connection, ns);
     } else if (pkt.flags & kFin) {
-      if (++flow.fins >= 2) {
+      (to_broker ? flow.fin_from_client : flow.fin_from_broker) = true;
+      if (flow.fin_from_client && flow.fin_from_broker) {
         flow.closed = true;
         decoder.close(flow.connection, ns);
       }
