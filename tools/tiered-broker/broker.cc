@@ -14,6 +14,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -21,7 +22,6 @@
 #include <optional>
 #include <queue>
 #include <set>
-#include <spdlog/spdlog.h>
 #include <unordered_map>
 
 #include "wire.h"
@@ -49,12 +49,10 @@ struct ApiRange {
 // What the simulator answers. librdkafka needs Produce >= 3 and Fetch >= 4 advertised before it
 // uses record batch v2 even as a pure consumer; Produce itself is never served.
 constexpr ApiRange kApis[] = {
-    {api::kProduce, 3, 8, 9},        {api::kFetch, 4, 17, 12},
-    {api::kListOffsets, 0, 9, 6},    {api::kMetadata, 0, 12, 9},
-    {api::kOffsetCommit, 0, 8, 8},   {api::kOffsetFetch, 0, 8, 6},
-    {api::kFindCoordinator, 0, 5, 3}, {api::kJoinGroup, 0, 9, 6},
-    {api::kHeartbeat, 0, 4, 4},      {api::kLeaveGroup, 0, 5, 4},
-    {api::kSyncGroup, 0, 5, 4},      {api::kApiVersions, 0, 3, 3},
+    {api::kProduce, 3, 8, 9},         {api::kFetch, 4, 17, 12},      {api::kListOffsets, 0, 9, 6},
+    {api::kMetadata, 0, 12, 9},       {api::kOffsetCommit, 0, 8, 8}, {api::kOffsetFetch, 0, 8, 6},
+    {api::kFindCoordinator, 0, 5, 3}, {api::kJoinGroup, 0, 9, 6},    {api::kHeartbeat, 0, 4, 4},
+    {api::kLeaveGroup, 0, 5, 4},      {api::kSyncGroup, 0, 5, 4},    {api::kApiVersions, 0, 3, 3},
 };
 
 static const ApiRange* find_api(int16_t key) {
@@ -274,7 +272,9 @@ class NetThread {
     close(epfd_);
     close(evfd_);
   }
-  void start() { thread_ = std::thread([this] { run(); }); }
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
   void join() {
     wake();
     if (thread_.joinable()) thread_.join();
@@ -400,8 +400,7 @@ struct Group {
   std::map<std::string, Member> members;
   Clock::time_point join_deadline, rebalance_deadline;
   bool initial_rebalance = false;
-  std::map<std::pair<std::string, int32_t>, std::pair<int64_t, std::optional<std::string>>>
-      offsets;
+  std::map<std::pair<std::string, int32_t>, std::pair<int64_t, std::optional<std::string>>> offsets;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -864,7 +863,7 @@ void Broker::accept_loop() {
         SSL_set_fd(ssl, fd);
       }
       nets_[next++ % nets_.size()]->add_connection(fd, ssl,
-                                                     p.fd == tls_listen_fd_ ? tls_port_ : port_);
+                                                   p.fd == tls_listen_fd_ ? tls_port_ : port_);
     }
   }
 }
@@ -881,8 +880,8 @@ void Broker::handle_guarded(Request& r) {
   try {
     handle(r);
   } catch (const std::exception& e) {
-    spdlog::warn("request api {} v{} from {}: {}; closing the connection", r.api_key,
-                 r.api_version, r.client_id, e.what());
+    spdlog::warn("request api {} v{} from {}: {}; closing the connection", r.api_key, r.api_version,
+                 r.client_id, e.what());
     Response resp;
     resp.conn = r.conn;
     resp.close = true;
@@ -900,9 +899,24 @@ nlohmann::json Broker::stats() {
   size_t conns = 0;
   for (auto& n : nets_) conns += n->connection_count();
   nlohmann::json versions = nlohmann::json::object();
-  static const char* names[19] = {"Produce", "Fetch", "ListOffsets", "Metadata", "", "", "", "",
-                                  "OffsetCommit", "OffsetFetch", "FindCoordinator", "JoinGroup",
-                                  "Heartbeat", "LeaveGroup", "SyncGroup", "", "", "",
+  static const char* names[19] = {"Produce",
+                                  "Fetch",
+                                  "ListOffsets",
+                                  "Metadata",
+                                  "",
+                                  "",
+                                  "",
+                                  "",
+                                  "OffsetCommit",
+                                  "OffsetFetch",
+                                  "FindCoordinator",
+                                  "JoinGroup",
+                                  "Heartbeat",
+                                  "LeaveGroup",
+                                  "SyncGroup",
+                                  "",
+                                  "",
+                                  "",
                                   "ApiVersions"};
   for (int k = 0; k < 19; ++k)
     for (int v = 0; v < 18; ++v)
@@ -926,16 +940,26 @@ void Broker::handle(Request& r) {
   if (r.api_version < a->min || r.api_version > advertised_max(*a) || r.api_key == api::kProduce)
     throw WireError("unsupported version " + std::to_string(r.api_version));
   switch (r.api_key) {
-    case api::kMetadata: return metadata(r, rd);
-    case api::kListOffsets: return list_offsets(r, rd);
-    case api::kFetch: return fetch(r, rd);
-    case api::kFindCoordinator: return find_coordinator(r, rd);
-    case api::kJoinGroup: return join_group(r, rd);
-    case api::kSyncGroup: return sync_group(r, rd);
-    case api::kHeartbeat: return heartbeat(r, rd);
-    case api::kLeaveGroup: return leave_group(r, rd);
-    case api::kOffsetCommit: return offset_commit(r, rd);
-    case api::kOffsetFetch: return offset_fetch(r, rd);
+    case api::kMetadata:
+      return metadata(r, rd);
+    case api::kListOffsets:
+      return list_offsets(r, rd);
+    case api::kFetch:
+      return fetch(r, rd);
+    case api::kFindCoordinator:
+      return find_coordinator(r, rd);
+    case api::kJoinGroup:
+      return join_group(r, rd);
+    case api::kSyncGroup:
+      return sync_group(r, rd);
+    case api::kHeartbeat:
+      return heartbeat(r, rd);
+    case api::kLeaveGroup:
+      return leave_group(r, rd);
+    case api::kOffsetCommit:
+      return offset_commit(r, rd);
+    case api::kOffsetFetch:
+      return offset_fetch(r, rd);
   }
   throw WireError("unhandled api");
 }
@@ -1312,8 +1336,8 @@ void Broker::fetch(Request& r, Reader& rd) {
       std::lock_guard lock(plan->session->mu);
       for (auto& key : plan->session->order) {
         auto& sp = plan->session->parts[key];
-        plan->parts.push_back(make_part(key.first, Uuid{}, key.second, sp.fetch_offset,
-                                        sp.max_bytes));
+        plan->parts.push_back(
+            make_part(key.first, Uuid{}, key.second, sp.fetch_offset, sp.max_bytes));
       }
       // Unknown topics in a v13+ request have no name: keep them visible with their error.
       for (auto& w : wanted)
@@ -1483,7 +1507,7 @@ void Broker::finish_fetch(std::shared_ptr<FetchPlan> plan) {
       w.i64(p->partition ? p->hwm : -1);  // last stable offset: no transactions
       if (v >= 5) w.i64(p->partition ? p->partition->log_start_offset : -1);
       w.array_len(v >= 4 ? 0 : -1);  // aborted transactions
-      if (v >= 11) w.i32(-1);         // preferred read replica
+      if (v >= 11) w.i32(-1);        // preferred read replica
       const ReadResult& res = p->result;
       if (error == 0 && res.fd >= 0 && res.length > 0) {
         w.bytes_len(int64_t(res.length));
@@ -1602,8 +1626,8 @@ void Broker::maybe_complete_join(Group& g, const std::string& group_id, Clock::t
   }
   g.generation++;
   g.state = Group::kCompleting;
-  spdlog::info("group {} generation {}: {} members, leader {}, protocol {}", group_id,
-               g.generation, g.members.size(), g.leader, g.protocol);
+  spdlog::info("group {} generation {}: {} members, leader {}, protocol {}", group_id, g.generation,
+               g.members.size(), g.leader, g.protocol);
   for (auto& [id, m] : g.members) {
     send_join(g, m, *m.pending_join, g.protocol.empty() ? err::kInconsistentGroupProtocol : 0);
     m.pending_join.reset();
@@ -1931,7 +1955,9 @@ void Broker::offset_fetch(Request& r, Reader& rd) {
 
 // ---------------------------------------------------------------------------------------------
 
-void BrokerDeleter::operator()(Broker* b) const { delete b; }
+void BrokerDeleter::operator()(Broker* b) const {
+  delete b;
+}
 
 BrokerPtr start_broker(BrokerConfig config, LogStore* log, Ledger* ledger, std::string* error) {
   BrokerPtr b(new Broker(std::move(config), log, ledger));
@@ -1942,10 +1968,20 @@ BrokerPtr start_broker(BrokerConfig config, LogStore* log, Ledger* ledger, std::
   }
   return b;
 }
-void stop_broker(Broker* b) { b->stop(); }
-void notify_appended(Broker* b) { b->data_appended(); }
-int broker_port(Broker* b) { return b->port(); }
-int broker_tls_port(Broker* b) { return b->tls_port(); }
-nlohmann::json broker_stats(Broker* b) { return b->stats(); }
+void stop_broker(Broker* b) {
+  b->stop();
+}
+void notify_appended(Broker* b) {
+  b->data_appended();
+}
+int broker_port(Broker* b) {
+  return b->port();
+}
+int broker_tls_port(Broker* b) {
+  return b->tls_port();
+}
+nlohmann::json broker_stats(Broker* b) {
+  return b->stats();
+}
 
 }  // namespace tb

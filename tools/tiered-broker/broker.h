@@ -34,7 +34,8 @@ struct BrokerConfig {
   int group_initial_delay_ms = 3000;  // group.initial.rebalance.delay.ms
   int node_id = 1;
   int fetch_max_version = 17;
-  bool wake_parked_fetches = false;  // set when an appender runs (see notify_appended)  // lower it to make a client use an older Fetch version
+  bool wake_parked_fetches = false;  // set when an appender runs (see notify_appended)  // lower it
+                                     // to make a client use an older Fetch version
 };
 
 class Broker;
@@ -44,8 +45,7 @@ struct BrokerDeleter {
 using BrokerPtr = std::unique_ptr<Broker, BrokerDeleter>;
 
 // Starts every thread; stop_broker() joins them.
-BrokerPtr start_broker(BrokerConfig config, LogStore* log, Ledger* ledger,
-                                     std::string* error);
+BrokerPtr start_broker(BrokerConfig config, LogStore* log, Ledger* ledger, std::string* error);
 void stop_broker(Broker* b);
 void notify_appended(Broker* b);  // records were appended: wake fetches waiting for data
 int broker_port(Broker* b);

@@ -36,7 +36,7 @@ std::string fetch_request(const std::string& client_id, const std::string& topic
   w.string(client_id);
   w.i32(-1);  // replica id
   w.i32(max_wait_ms);
-  w.i32(1);   // min bytes
+  w.i32(1);  // min bytes
   w.i32(max_bytes);
   w.i8(0);
   w.i32(1);
@@ -121,9 +121,10 @@ int main(int argc, char** argv) {
     }
   }
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("{\"fetch_requests_per_second\": %.0f, \"responses\": %llu, \"response_mib\": %.1f, "
-              "\"connections\": %d, \"seconds\": %.2f}\n",
-              double(responses) / took, static_cast<unsigned long long>(responses),
-              double(bytes) / (1 << 20), connections, took);
+  std::printf(
+      "{\"fetch_requests_per_second\": %.0f, \"responses\": %llu, \"response_mib\": %.1f, "
+      "\"connections\": %d, \"seconds\": %.2f}\n",
+      double(responses) / took, static_cast<unsigned long long>(responses),
+      double(bytes) / (1 << 20), connections, took);
   return 0;
 }

@@ -36,9 +36,14 @@ void Ledger::record(const std::string& client_id, const std::string& topic, int 
     e.latency_sum += g.seconds;
     if (g.seconds > e.latency_max) e.latency_max = g.seconds;
     if (get_log_.size() < kMaxGetLog)
-      get_log_.push_back({{"client_id", client_id}, {"topic", topic}, {"partition", partition},
-                          {"kind", g.kind}, {"key", g.key}, {"status", g.status},
-                          {"bytes", g.bytes}, {"seconds", g.seconds}});
+      get_log_.push_back({{"client_id", client_id},
+                          {"topic", topic},
+                          {"partition", partition},
+                          {"kind", g.kind},
+                          {"key", g.key},
+                          {"status", g.status},
+                          {"bytes", g.bytes},
+                          {"seconds", g.seconds}});
   }
 }
 
@@ -48,19 +53,20 @@ nlohmann::json Ledger::to_json(bool with_gets) {
   uint64_t gets = 0, bytes = 0, errors = 0;
   for (const auto& [key, e] : entries_) {
     const auto& [client, group, topic] = key;
-    entries.push_back({{"client_id", client},
-                       {"group_id", group.empty() ? nlohmann::json(nullptr) : nlohmann::json(group)},
-                       {"topic", topic},
-                       {"gets", e.gets},
-                       {"bytes", e.bytes},
-                       {"errors", e.errors},
-                       {"chunk_gets", e.chunk_gets},
-                       {"index_gets", e.index_gets},
-                       {"manifest_gets", e.manifest_gets},
-                       {"remote_reads", e.remote_reads},
-                       {"remote_read_timeouts", e.remote_read_timeouts},
-                       {"latency_seconds_sum", e.latency_sum},
-                       {"latency_seconds_max", e.latency_max}});
+    entries.push_back(
+        {{"client_id", client},
+         {"group_id", group.empty() ? nlohmann::json(nullptr) : nlohmann::json(group)},
+         {"topic", topic},
+         {"gets", e.gets},
+         {"bytes", e.bytes},
+         {"errors", e.errors},
+         {"chunk_gets", e.chunk_gets},
+         {"index_gets", e.index_gets},
+         {"manifest_gets", e.manifest_gets},
+         {"remote_reads", e.remote_reads},
+         {"remote_read_timeouts", e.remote_read_timeouts},
+         {"latency_seconds_sum", e.latency_sum},
+         {"latency_seconds_max", e.latency_max}});
     gets += e.gets;
     bytes += e.bytes;
     errors += e.errors;

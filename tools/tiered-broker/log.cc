@@ -152,8 +152,8 @@ std::string LogStore::seed() {
       fs::remove_all(p->dir, ec);
       fs::create_directories(p->dir, ec);
       if (ec) return "cannot create " + p->dir + ": " + ec.message();
-      std::ofstream(p->dir + "/partition.metadata") << "version: 0\ntopic_id: " << t->id_b64
-                                                    << "\n";
+      std::ofstream(p->dir + "/partition.metadata")
+          << "version: 0\ntopic_id: " << t->id_b64 << "\n";
       // Build every segment in memory, then decide which ones are tiered.
       std::vector<std::string> contents;
       int64_t offset = 0;
@@ -163,8 +163,8 @@ std::string LogStore::seed() {
         std::string data;
         while (offset < spec.messages && data.size() < config_.segment_bytes) {
           int count = int(std::min<int64_t>(config_.batch_records, spec.messages - offset));
-          std::string batch = encode_batch(spec.name, pi, offset, count, spec.value_size,
-                                           t0 + offset);
+          std::string batch =
+              encode_batch(spec.name, pi, offset, count, spec.value_size, t0 + offset);
           s->batches.push_back(Batch{offset, count, data.size(), uint32_t(batch.size())});
           data += batch;
           offset += count;

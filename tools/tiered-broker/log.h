@@ -28,8 +28,8 @@ struct LogConfig {
   std::vector<TopicSpec> topics;
   int batch_records = 10;
   uint64_t segment_bytes = 256 * 1024;
-  int local_segments = 2;        // local retention: segments kept on disk (incl. the active one)
-  uint64_t chunk_size = 4 << 20; // Aiven chunk size: one ranged GET per chunk
+  int local_segments = 2;         // local retention: segments kept on disk (incl. the active one)
+  uint64_t chunk_size = 4 << 20;  // Aiven chunk size: one ranged GET per chunk
 };
 
 struct Batch {
@@ -46,7 +46,7 @@ struct Segment {
   std::vector<Batch> batches;  // local segments: always known; remote: filled from `indexes`
   int fd = -1;                 // local segments only
   bool remote = false;
-  std::string object_base;     // "<prefix><topic>-<id>/<p>/<base>-<segid>" for remote segments
+  std::string object_base;  // "<prefix><topic>-<id>/<p>/<base>-<segid>" for remote segments
   // Remote: the manifest and indexes are read once (Kafka's remote-log-index-cache); chunks are
   // read on every fetch (remote records are never cached by the broker).
   std::mutex index_mu;

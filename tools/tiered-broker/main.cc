@@ -4,11 +4,11 @@
 #include <signal.h>
 #include <sys/prctl.h>
 
+#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <fstream>
 #include <iostream>
-#include <spdlog/spdlog.h>
 #include <thread>
 
 #include "broker.h"
@@ -230,8 +230,9 @@ int main(int argc, char** argv) {
     }
     res.set_content(topics.dump(2), "application/json");
   });
-  int bound_admin = admin_port == 0 ? admin.bind_to_any_port(admin_host)
-                                    : (admin.bind_to_port(admin_host, admin_port) ? admin_port : -1);
+  int bound_admin = admin_port == 0
+                        ? admin.bind_to_any_port(admin_host)
+                        : (admin.bind_to_port(admin_host, admin_port) ? admin_port : -1);
   if (bound_admin < 0) {
     std::cerr << "tiered-broker: cannot listen on admin address " << admin_listen << "\n";
     tb::stop_broker(broker.get());

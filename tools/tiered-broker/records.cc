@@ -45,26 +45,26 @@ std::string encode_batch(const std::string& topic, int partition, int64_t base_o
     std::string key = message_key(topic, partition, offset);
     std::string value = message_value(topic, partition, offset, value_size);
     Writer r;
-    r.i8(0);         // attributes
-    r.varint(i);     // timestamp delta (one millisecond per record)
-    r.varint(i);     // offset delta
+    r.i8(0);      // attributes
+    r.varint(i);  // timestamp delta (one millisecond per record)
+    r.varint(i);  // offset delta
     r.varint(int64_t(key.size()));
     r.raw(key);
     r.varint(int64_t(value.size()));
     r.raw(value);
-    r.varint(0);     // headers
+    r.varint(0);  // headers
     records.varint(int64_t(r.size()));
     records.raw(r.buf());
   }
   // Everything from attributes on is covered by the CRC.
   Writer tail;
-  tail.i16(0);                                // attributes: no compression, not transactional
-  tail.i32(count - 1);                        // last offset delta
-  tail.i64(base_timestamp_ms);                // base timestamp
-  tail.i64(base_timestamp_ms + count - 1);    // max timestamp
-  tail.i64(-1);                               // producer id
-  tail.i16(-1);                               // producer epoch
-  tail.i32(-1);                               // base sequence
+  tail.i16(0);                              // attributes: no compression, not transactional
+  tail.i32(count - 1);                      // last offset delta
+  tail.i64(base_timestamp_ms);              // base timestamp
+  tail.i64(base_timestamp_ms + count - 1);  // max timestamp
+  tail.i64(-1);                             // producer id
+  tail.i16(-1);                             // producer epoch
+  tail.i32(-1);                             // base sequence
   tail.i32(count);
   tail.raw(records.buf());
   uint32_t crc = crc32c(reinterpret_cast<const uint8_t*>(tail.buf().data()), tail.size());
@@ -72,16 +72,15 @@ std::string encode_batch(const std::string& topic, int partition, int64_t base_o
   Writer batch;
   batch.i64(base_offset);
   batch.i32(int32_t(4 + 1 + 4 + tail.size()));  // leader epoch + magic + crc + tail
-  batch.i32(0);                                  // partition leader epoch
-  batch.i8(2);                                   // magic
+  batch.i32(0);                                 // partition leader epoch
+  batch.i8(2);                                  // magic
   batch.i32(int32_t(crc));
   batch.raw(tail.buf());
   return std::move(batch.buf());
 }
 
 std::string base64url(const uint8_t* data, size_t n) {
-  static const char* alphabet =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  static const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
   std::string out;
   size_t i = 0;
   for (; i + 2 < n; i += 3) {

@@ -43,8 +43,8 @@ class S3Connection {
       do rc = gnutls_handshake(gnutls_);
       while (rc < 0 && gnutls_error_is_fatal(rc) == 0);
       if (rc < 0) {
-        *error = std::string("GnuTLS handshake with the S3 endpoint failed: ") +
-                 gnutls_strerror(rc);
+        *error =
+            std::string("GnuTLS handshake with the S3 endpoint failed: ") + gnutls_strerror(rc);
         return false;
       }
     }
@@ -194,8 +194,8 @@ S3Response S3Client::get(const std::string& key,
                          std::optional<std::pair<uint64_t, uint64_t>> range) {
   std::string headers;
   if (range)
-    headers = "Range: bytes=" + std::to_string(range->first) + "-" +
-              std::to_string(range->second) + "\r\n";
+    headers = "Range: bytes=" + std::to_string(range->first) + "-" + std::to_string(range->second) +
+              "\r\n";
   return request("GET", key, headers, "");
 }
 
@@ -219,9 +219,9 @@ S3Response S3Client::request(const std::string& method, const std::string& key,
       resp.error = error;
       break;
     }
-    std::string req = method + " /" + config_.bucket + "/" + key + " HTTP/1.1\r\nHost: " +
-                      config_.host + ":" + std::to_string(config_.port) + "\r\n" +
-                      extra_headers + "\r\n";
+    std::string req = method + " /" + config_.bucket + "/" + key +
+                      " HTTP/1.1\r\nHost: " + config_.host + ":" + std::to_string(config_.port) +
+                      "\r\n" + extra_headers + "\r\n";
     req += body;
     if (!conn->write_all(req)) {
       resp.error = "write to the S3 endpoint failed";
@@ -247,8 +247,7 @@ S3Response S3Client::request(const std::string& method, const std::string& key,
       std::string value = line.substr(colon + 1);
       while (!value.empty() && value.front() == ' ') value.erase(0, 1);
       if (name == "content-length") content_length = std::atoll(value.c_str());
-      if (name == "transfer-encoding" && value.find("chunked") != std::string::npos)
-        chunked = true;
+      if (name == "transfer-encoding" && value.find("chunked") != std::string::npos) chunked = true;
       if (name == "connection" && (value == "close" || value == "Close")) keep_alive = false;
     }
     bool complete;
@@ -288,8 +287,7 @@ S3Response S3Client::request(const std::string& method, const std::string& key,
       resp.error.clear();
     break;
   }
-  resp.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  resp.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return resp;
 }
 

@@ -22,10 +22,10 @@ struct S3Config {
 };
 
 struct S3Response {
-  int status = 0;          // 0: transport failure (see error)
+  int status = 0;  // 0: transport failure (see error)
   std::string body;
-  std::string error;       // human-readable failure reason, empty on 2xx
-  double seconds = 0;      // request write to last body byte
+  std::string error;   // human-readable failure reason, empty on 2xx
+  double seconds = 0;  // request write to last body byte
   bool ok() const { return status >= 200 && status < 300; }
 };
 

@@ -164,7 +164,8 @@ class Writer {
   }
   void raw(std::string_view s) { buf_.append(s); }
   void put_i32_at(size_t pos, int32_t v) {
-    for (int i = 0; i < 4; ++i) buf_[pos + i] = static_cast<char>((uint32_t(v) >> (24 - 8 * i)) & 0xff);
+    for (int i = 0; i < 4; ++i)
+      buf_[pos + i] = static_cast<char>((uint32_t(v) >> (24 - 8 * i)) & 0xff);
   }
 
  private:
@@ -176,6 +177,8 @@ class Writer {
 };
 
 std::string base64url(const uint8_t* data, size_t n);  // no padding
-inline std::string base64url(const Uuid& u) { return base64url(u.data(), u.size()); }
+inline std::string base64url(const Uuid& u) {
+  return base64url(u.data(), u.size());
+}
 
 }  // namespace tb
