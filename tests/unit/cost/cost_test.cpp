@@ -154,3 +154,25 @@ TEST_CASE("load_price_table reads a user's file") {
   REQUIRE(table.ok());
   CHECK(fc::cost::api_cost(*table, 2000) == doctest::Approx(0.01));
 }
+
+TEST_CASE("mangled price tables never crash: every byte flip is parsed or rejected") {
+  for (const auto& name : fc::cost::preset_names()) {
+    const std::string original = fc::cost::to_json(*fc::cost::preset(name));
+    std::uint32_t state = 2463534242u;
+    for (int i = 0; i < 2000; ++i) {
+      std::string mangled = original;
+      for (int flips = 0; flips < 3; ++flips) {
+        state ^= state << 13, state ^= state >> 17, state ^= state << 5;
+        mangled[state % mangled.size()] = static_cast<char>(state >> 24);
+      }
+      auto table = fc::cost::parse_price_table(mangled);
+      if (table.ok()) {
+        CHECK(table->egress_tiers.size() >= 1);
+        CHECK(std::isinf(table->egress_tiers.back().up_to_gb));
+        CHECK(fc::cost::egress_cost(*table, 0, 1ull << 40) >= 0);
+      } else {
+        CHECK_FALSE(table.error().message.empty());
+      }
+    }
+  }
+}

@@ -2,9 +2,11 @@
 
 #include <malloc.h>
 
+#include <atomic>
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "sensors/sensors.h"
 
@@ -229,4 +231,36 @@ TEST_CASE("memory per live sensor stays under 1 KiB") {
     CHECK(table.stats().approx_memory_bytes / 10'000.0 == doctest::Approx(per_sensor).epsilon(0.3));
 #endif
   }
+}
+
+TEST_CASE("concurrent record, expiry and export keep totals exact") {
+  fc::sensors::Config config;
+  config.max_sensors = 50;
+  config.idle_expiry = std::chrono::nanoseconds(1000);
+  SensorTable table(config);
+  std::atomic<bool> done{false};
+  std::thread exporter([&] {
+    while (!done) {
+      std::uint64_t sum = 0;
+      table.for_each([&](const SensorView& v) { sum += v.counters.remote_bytes; });
+      table.expire_idle(1'000'000'000);
+      (void)sum;
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      std::string client;
+      for (int i = 0; i < 100'000; ++i) {
+        client = "client-" + std::to_string((i * 7 + w) % 500);
+        table.record(get(client, "t", 3, static_cast<std::uint64_t>(i)));
+      }
+    });
+  }
+  for (auto& writer : writers) writer.join();
+  done = true;
+  exporter.join();
+  CHECK(table.totals().remote_bytes == 2ull * 100'000 * 3);
+  CHECK(table.totals().requests == 2ull * 100'000);
+  CHECK(table.stats().live_sensors <= 50);
 }
