@@ -100,6 +100,11 @@ std::string LogStore::write_segment(Topic&, Partition& p, Segment& s, const std:
     return "cannot write " + path + ": " + strerror(errno);
   }
   s.fd = fd;
+  // Kafka's companions of a segment, so the directory looks like a broker's: an offset index
+  // (one entry per batch here) and an empty time index.
+  std::string stem = path.substr(0, path.size() - 4);
+  std::ofstream(stem + ".index", std::ios::binary) << encode_index(s);
+  std::ofstream(stem + ".timeindex", std::ios::binary);
   return "";
 }
 
@@ -137,6 +142,8 @@ std::string LogStore::seed() {
   std::error_code ec;
   fs::create_directories(config_.log_dir, ec);
   if (ec) return "cannot create log dir " + config_.log_dir + ": " + ec.message();
+  std::ofstream(config_.log_dir + "/meta.properties")
+      << "version=1\ncluster.id=tiered-broker-sim\nnode.id=1\n";
   int64_t t0 = now_ms() - 3600 * 1000;
   for (const auto& spec : config_.topics) {
     auto t = std::make_unique<Topic>();
@@ -187,7 +194,9 @@ std::string LogStore::seed() {
           if (!err.empty()) return err;
           close(s.fd);
           s.fd = -1;
-          unlink((p->dir + "/" + segment_file_name(s.base_offset)).c_str());
+          std::string stem = p->dir + "/" + segment_file_name(s.base_offset);
+          stem.resize(stem.size() - 4);
+          for (const char* ext : {".log", ".index", ".timeindex"}) unlink((stem + ext).c_str());
           s.remote = true;
           s.batches.clear();  // known again only after reading the remote index
         }
