@@ -5,19 +5,29 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <ctime>
 #include <chrono>
 #include <cstdio>
 #include <set>
 #include <string>
 
 #include "capture/capture.h"
+#include "daemon/config.h"
+#include "daemon/service.h"
 #include "daemon/targets.h"
 
 namespace {
 
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
+
+std::uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // the clock of bpf_ktime_get_ns()
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
 
 const char* direction_name(unsigned d) { return d == FC_DIR_SEND ? "send" : "recv"; }
 
@@ -76,6 +86,11 @@ int main(int argc, char** argv) {
   bool no_tls = false;
   std::vector<std::string> tls_skip;
   std::string variant = "auto";
+  std::string config_path;
+  std::string listen;
+  app.add_option("--config", config_path,
+                 "JSON config (docs/configuration.md); command-line options override it");
+  app.add_option("--listen", listen, "host:port for /metrics and the API (default 127.0.0.1:9464)");
   app.add_option("--pid", pids, "Watch these process ids (repeatable)");
   app.add_option("--match", match, "Watch processes whose command line contains this")
       ->capture_default_str();
@@ -100,6 +115,28 @@ int main(int argc, char** argv) {
                  "Print the capture status (probes per process, events, drops) every N seconds");
   app.add_flag("--status", print_status, "Print the capture status once after the first scan");
   CLI11_PARSE(app, argc, argv);
+
+  fc::daemon::Config config;
+  if (!config_path.empty()) {
+    auto loaded = fc::daemon::load_config(config_path);
+    if (!loaded) {
+      std::fprintf(stderr, "fetchcostd: %s\n", loaded.error().message.c_str());
+      return 2;
+    }
+    config = std::move(*loaded);
+    if (pids.empty()) pids = config.pids;
+    if (app.count("--match") == 0) match = config.cmdline_match;
+    if (cgroup.empty()) cgroup = config.cgroup;
+    if (app.count("--capture-bytes") == 0) capture_bytes = config.capture_bytes;
+    if (app.count("--ring-kib") == 0) ring_kib = config.ring_kib_per_cpu;
+    for (const char* lib : {"openssl", "gnutls", "boringssl"}) {
+      const bool hooked = std::find(config.tls_libraries.begin(), config.tls_libraries.end(),
+                                    lib) != config.tls_libraries.end();
+      if (!hooked && std::string(lib) != "boringssl") tls_skip.push_back(lib);
+    }
+  }
+  if (!listen.empty()) config.listen = listen;
+
   if (auto env = fc::capture::check_environment(); !env) {
     std::fprintf(stderr, "fetchcostd: %s\n", env.error().message.c_str());
     return 2;
@@ -114,8 +151,17 @@ int main(int argc, char** argv) {
                                                        : fc::capture::Variant::kAuto;
   options.tls = !no_tls;
   options.tls_skip = tls_skip;
+  auto service = fc::daemon::Service::create(config);
+  if (!service) {
+    std::fprintf(stderr, "fetchcostd: %s\n", service.error().message.c_str());
+    return 2;
+  }
+  std::fprintf(stderr, "fetchcostd: serving /metrics and /api/v1 on %s (port %d)\n",
+               config.listen.c_str(), (*service)->port());
+
   auto capture = fc::capture::Capture::open(options, [&](const fc::capture::EventView& ev) {
     ++seen;
+    (*service)->on_event(ev);
     if (!print_events) return;
     const fc_event_common& c = ev.common;
     if (ev.data) {
@@ -184,6 +230,7 @@ int main(int argc, char** argv) {
     if (now - last_scan >= std::chrono::seconds(1)) {
       refresh_targets();
       last_scan = now;
+      (*service)->set_capture_status((*capture)->status());
       if (first_scan && print_status) print_capture_status((*capture)->status());
       first_scan = false;
     }
@@ -197,8 +244,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "fetchcostd: %s\n", r.error().message.c_str());
       return 1;
     }
+    (*service)->tick(monotonic_ns());
   }
   (void)(*capture)->poll(0);
+  (*service)->set_capture_status((*capture)->status());
+  (*service)->shutdown();
   const auto totals = (*capture)->totals();
   std::fprintf(stderr, "fetchcostd: %llu events handled, %llu in kernel, %llu dropped\n",
                static_cast<unsigned long long>(seen),

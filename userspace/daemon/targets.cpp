@@ -41,8 +41,13 @@ std::string cgroup_of(pid_t pid) {
 
 std::vector<pid_t> find_processes_by_cgroup(const std::string& path) {
   std::string want = path;
-  const std::string root = "/sys/fs/cgroup";
-  if (want.rfind(root, 0) == 0) want = want.substr(root.size());
+  // A full path: strip the cgroup v2 mount point (hybrid systems mount it at .../unified).
+  for (const std::string root : {"/sys/fs/cgroup/unified", "/sys/fs/cgroup"}) {
+    if (want.rfind(root, 0) == 0 && (want.size() == root.size() || want[root.size()] == '/')) {
+      want = want.substr(root.size());
+      break;
+    }
+  }
   while (want.size() > 1 && want.back() == '/') want.pop_back();
   if (want.empty()) want = "/";
   std::vector<pid_t> found;

@@ -19,7 +19,7 @@ namespace fc::daemon {
 // The cgroup v2 path of a process ("/system.slice/kafka.service"), from /proc/PID/cgroup.
 std::string cgroup_of(pid_t pid);
 // PIDs in cgroup `path` or below it. `path` is either relative to the cgroup v2 root
-// ("/kubepods/pod123") or a full path under /sys/fs/cgroup.
+// ("/kubepods/pod123") or a full path under /sys/fs/cgroup (or /sys/fs/cgroup/unified).
 std::vector<pid_t> find_processes_by_cgroup(const std::string& path);
 
 }  // namespace fc::daemon

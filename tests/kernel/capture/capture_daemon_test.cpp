@@ -1,0 +1,137 @@
+// Kernel test of fetchcostd's target discovery: a process matched by its command line is watched,
+// and when it exits and a new one (new PID) starts, the new one is watched too, without
+// restarting fetchcostd; the same by cgroup v2 path. fetchcostd's own --print-events output (never
+// payload) and --status are the observations.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "testing.h"
+
+namespace {
+
+// A Python workload: waits until fetchcostd has had time to rescan, then writes 100 bytes on a
+// loopback TCP connection and reads them back. The marker sits in its command line.
+const char* kWorkload =
+    "import socket,sys,time\n"
+    "time.sleep(2.5)\n"
+    "l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen()\n"
+    "c=socket.socket(); c.connect(l.getsockname()); s,_=l.accept()\n"
+    "c.sendall(b'x'*100); n=0\n"
+    "while n<100: n+=len(s.recv(100))\n"
+    "time.sleep(0.3)\n";
+
+pid_t spawn_workload(const std::string& marker, const std::string& cgroup_dir) {
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (!cgroup_dir.empty()) {
+      std::ofstream procs(cgroup_dir + "/cgroup.procs");
+      procs << 0 << std::flush;  // move myself
+      if (!procs) _exit(3);
+    }
+    execl("/usr/bin/python3", "python3", "-c", kWorkload, marker.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+struct Daemon {
+  pid_t pid = -1;
+  std::string out;
+  Daemon(const std::vector<std::string>& args, const std::string& out_path) : out(out_path) {
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(FETCHCOSTD));
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(FETCHCOSTD, argv.data());
+      _exit(127);
+    }
+  }
+  std::string wait_output() {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    std::ifstream in(out);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+};
+
+bool wait_for(const std::string& path, const std::string& needle, int ms) {
+  for (int i = 0; i < ms / 20; ++i) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (ss.str().find(needle) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+void check_restart(const std::vector<std::string>& selector, const std::string& marker,
+                   const std::string& cgroup_dir) {
+  const std::string out = "/tmp/fc-daemon-test-" + std::to_string(getpid()) + ".log";
+  std::vector<std::string> args = selector;
+  for (const char* a : {"--print-events", "--status", "--duration", "14"}) args.push_back(a);
+  Daemon d(args, out);
+  REQUIRE(wait_for(out, "attached on", 10000));
+  pid_t first = spawn_workload(marker, cgroup_dir);
+  int status = 0;
+  REQUIRE(waitpid(first, &status, 0) == first);
+  CHECK(WEXITSTATUS(status) == 0);
+  pid_t second = spawn_workload(marker, cgroup_dir);
+  REQUIRE(waitpid(second, &status, 0) == second);
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(first != second);
+  const std::string log = d.wait_output();
+  for (pid_t p : {first, second}) {
+    INFO("pid " << p);
+    CHECK(log.find("watching pid " + std::to_string(p) + " ") != std::string::npos);
+    CHECK(log.find("pid " + std::to_string(p) + " exited") != std::string::npos);
+    // Its 100-byte write and read were captured.
+    CHECK(log.find("data pid=" + std::to_string(p) + " ") != std::string::npos);
+    CHECK(log.find("connect pid=" + std::to_string(p) + " ") != std::string::npos);
+  }
+  CHECK(log.find("status: variant=") != std::string::npos);
+  std::filesystem::remove(out);
+}
+
+}  // namespace
+
+TEST_CASE("fetchcostd picks up a restarted target (new PID) by command line") {
+  fc::testing::require_root("running fetchcostd");
+  const std::string marker = "fc-restart-marker-" + std::to_string(getpid());
+  check_restart({"--match", marker}, marker, "");
+}
+
+TEST_CASE("fetchcostd picks up a restarted target by cgroup v2 path") {
+  fc::testing::require_root("running fetchcostd and creating a cgroup");
+  std::string root = "/sys/fs/cgroup";
+  if (std::filesystem::exists("/sys/fs/cgroup/unified/cgroup.procs")) root = "/sys/fs/cgroup/unified";
+  REQUIRE_MESSAGE(std::filesystem::exists(root + "/cgroup.procs"), "no cgroup v2 hierarchy mounted");
+  const std::string name = "fc-kernel-test-" + std::to_string(getpid());
+  const std::string dir = root + "/" + name;
+  REQUIRE(mkdir(dir.c_str(), 0755) == 0);
+  check_restart({"--cgroup", "/" + name}, "unused-marker", dir);
+  rmdir(dir.c_str());
+}
