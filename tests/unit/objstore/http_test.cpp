@@ -385,3 +385,34 @@ TEST_CASE("206 responses pair with their request by Content-Range") {
   CHECK(out.gets[1].body_bytes == 6);
   CHECK(connection.stats().orphan_responses == 1);
 }
+
+TEST_CASE("full s3rver fixture split at every byte of every head and around every body edge") {
+  const std::string request = read_fixture("s3rver-keepalive.request");
+  const std::string response = read_fixture("s3rver-keepalive.response");
+  const auto expected = read_expected("s3rver-keepalive.expected");
+  // Split points: every byte of each response head and the 8 bytes around each body's end,
+  // located from curl's sizes (independent of the parser).
+  std::vector<std::size_t> splits;
+  std::size_t position = 0;
+  for (const auto& e : expected) {
+    const std::size_t head_end = response.find("\r\n\r\n", position) + 4;
+    for (std::size_t p = position; p <= head_end; ++p) splits.push_back(p);
+    position = head_end + e.bytes;
+    for (std::size_t p = position - std::min<std::size_t>(position, 4); p < position + 4; ++p) {
+      splits.push_back(p);
+    }
+  }
+  REQUIRE(position == response.size());
+  for (std::size_t split : splits) {
+    if (split == 0 || split >= response.size()) continue;
+    Collected out;
+    HttpConnection connection(1, &kAiven, {}, out.callback());
+    connection.on_piece(Direction::kRequest, 0, request.size(), bytes(request), 0, 0);
+    const std::string_view all = response;
+    connection.on_piece(Direction::kResponse, 0, split, bytes(all.substr(0, split)), 0, 0);
+    connection.on_piece(Direction::kResponse, split, all.size() - split, bytes(all.substr(split)),
+                        0, 0);
+    INFO("split at " << split);
+    check_against_curl(out.gets, expected);
+  }
+}
