@@ -155,6 +155,9 @@ struct Attributor::Impl {
       PendingPartition part;
       part.topic = fx.topics[p.topic_index].name;
       if (!fx.topics[p.topic_index].id.is_zero()) part.topic_id = fx.topics[p.topic_index].id.to_base64();
+      if (part.topic.empty() && !part.topic_id.empty() && tier) {
+        if (auto name = tier->topic_name(part.topic_id)) part.topic = std::move(*name);
+      }
       part.partition = p.partition;
       part.fetch_offset = p.fetch_offset;
       part.max_bytes = p.partition_max_bytes;
@@ -258,6 +261,7 @@ struct Attributor::Impl {
     }
     PendingFetch& fetch = *match->fetch;
     PendingPartition& part = fetch.parts[match->part];
+    if (part.topic.empty() && exact) part.topic = std::string(read.topic);  // the key names it
     auto tied = by_thread.find(read.thread_id);
     if (tied == by_thread.end() || tied->second.fetch != match->fetch) {
       if (tied != by_thread.end()) std::erase(tied->second.fetch->reader_threads, read.thread_id);

@@ -37,6 +37,11 @@ class LocalTier {
   // nullopt: unknown partition (no log dir seen for it).
   virtual std::optional<std::int64_t> local_log_start(std::string_view topic,
                                                       std::int32_t partition) const = 0;
+  // The name of a topic id (partition.metadata), for fetches that name topics by id (v13+)
+  // when the Metadata response that maps them was not seen.
+  virtual std::optional<std::string> topic_name(std::string_view /*topic_id_base64*/) const {
+    return std::nullopt;
+  }
 };
 
 // One GET (or one estimated request/response cycle) on an object-store connection.

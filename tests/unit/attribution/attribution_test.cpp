@@ -217,3 +217,34 @@ TEST_CASE("closing a connection finishes its fetches; followers are never tracke
   REQUIRE(sink.done.size() == 1);
   CHECK_FALSE(sink.done[0].response_seen);
 }
+
+TEST_CASE("a fetch naming its topic by id (v13+) takes the name from the tier map or the key") {
+  kafka::Uuid id;
+  for (std::size_t i = 0; i < id.bytes.size(); ++i) id.bytes[i] = static_cast<std::uint8_t>(i + 1);
+  const std::string id64 = id.to_base64();
+  struct NamingTier : attribution::LocalTier {
+    std::string id;
+    std::optional<std::int64_t> local_log_start(std::string_view, std::int32_t) const override {
+      return std::nullopt;
+    }
+    std::optional<std::string> topic_name(std::string_view topic_id) const override {
+      if (topic_id == id) return std::string("named-by-tier");
+      return std::nullopt;
+    }
+  } tier;
+  tier.id = id64;
+
+  for (bool with_tier : {true, false}) {
+    RecordingSink sink;
+    attribution::Attributor attributor(sink, with_tier ? &tier : nullptr);
+    auto f = fetch(1, 1, "v13-client", 100, {{"", 0, 10}});
+    f.fetch.topics[0].id = id;
+    attributor.on_request(f);
+    auto r = get(41, 200, 250, "named-by-key", 0, 0, 10);
+    r.topic_id = id64;
+    attributor.on_object_read(r);
+    REQUIRE(sink.reads.size() == 1);
+    CHECK(sink.reads[0].client == "v13-client");
+    CHECK(sink.reads[0].topic == (with_tier ? "named-by-tier" : "named-by-key"));
+  }
+}

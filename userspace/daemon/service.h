@@ -1,0 +1,39 @@
+// service: fetchcostd's attribution service — owns the sensors, ledger, audit log, local-tier
+// map and pipeline built from the config, orders capture records by time, and serves
+// /metrics, /api/v1/..., /healthz and /readyz.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "base/result.h"
+#include "capture/capture.h"
+#include "daemon/config.h"
+
+namespace fc::daemon {
+
+class Service {
+ public:
+  static Result<std::unique_ptr<Service>> create(const Config& config);
+  ~Service();
+
+  // Called from the capture drain. Records are held briefly and handed to the pipeline in
+  // timestamp order: the per-CPU ring buffers are drained one after the other, so a later
+  // record on one CPU can be read before an earlier one on another.
+  void on_event(const capture::EventView& event);
+  // Periodic (every poll): releases ordered records, expires state, saves the ledger now and then.
+  void tick(std::uint64_t monotonic_now_ns);
+  // Capture status for /api/v1/status and the self-metrics.
+  void set_capture_status(const capture::Status& status);
+  bool attribution_enabled() const;
+  // Flushes everything and saves the ledger.
+  void shutdown();
+  int port() const;
+
+ private:
+  struct Impl;
+  explicit Service(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fc::daemon

@@ -1,0 +1,359 @@
+#include "pipeline/pipeline.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "kafka/kafka.h"
+#include "objstore/objstore.h"
+
+namespace fc::pipeline {
+
+const char* role_name(Role role) {
+  switch (role) {
+    case Role::kKafka: return "kafka";
+    case Role::kObjectStoreHttp: return "object-store-http";
+    case Role::kObjectStoreOpaque: return "object-store-opaque";
+    case Role::kOther: return "other";
+    default: return "unknown";
+  }
+}
+
+namespace {
+
+bool starts_with(std::span<const std::uint8_t> bytes, std::string_view prefix) {
+  return bytes.size() >= prefix.size() && std::memcmp(bytes.data(), prefix.data(), prefix.size()) == 0;
+}
+
+bool looks_like_http_request(std::span<const std::uint8_t> b) {
+  for (std::string_view m : {"GET ", "HEAD ", "PUT ", "POST ", "DELETE "})
+    if (starts_with(b, m)) return true;
+  return false;
+}
+
+bool looks_like_tls_record(std::span<const std::uint8_t> b) {
+  return b.size() >= 3 && b[0] >= 0x14 && b[0] <= 0x17 && b[1] == 0x03 && b[2] <= 0x04;
+}
+
+bool contains(const std::vector<std::uint16_t>& ports, std::uint16_t port) {
+  return port != 0 && std::find(ports.begin(), ports.end(), port) != ports.end();
+}
+
+// Calls `feed(position, length, bytes)` for each captured range and each hole of a piece, in order.
+template <typename Feed>
+void for_each_run(const Piece& p, Feed&& feed) {
+  std::uint64_t cursor = p.position;
+  const std::uint64_t end = p.position + p.length;
+  for (const Segment& s : p.captured) {
+    if (s.position < cursor || s.position + s.bytes.size() > end) continue;  // malformed: skip
+    if (s.position > cursor) feed(cursor, s.position - cursor, std::span<const std::uint8_t>{});
+    feed(s.position, s.bytes.size(), s.bytes);
+    cursor = s.position + s.bytes.size();
+  }
+  if (cursor < end) feed(cursor, end - cursor, std::span<const std::uint8_t>{});
+}
+
+}  // namespace
+
+struct Pipeline::Impl : kafka::Sink, attribution::Sink {
+  PipelineConfig config;
+  cost::CostMeter meter;
+  sensors::SensorTable& sensors;
+  exporter::Ledger* ledger;
+  exporter::AuditLog* audit;
+  std::unique_ptr<objstore::KeyLayout> layout;
+  kafka::Decoder decoder;
+  attribution::Attributor attributor;
+  std::int64_t wall_offset_ns = 0;
+  std::uint64_t now_ns = 0;
+  PipelineStats stats;
+  std::unordered_map<std::string, std::string> groups;  // client id → group id
+
+  struct Conn {
+    Role role = Role::kUnknown;
+    std::uint16_t local_port = 0;
+    std::uint16_t peer_port = 0;
+    bool opened = false;
+    std::unique_ptr<objstore::HttpConnection> http;
+    std::unique_ptr<objstore::TlsCycleEstimator> tls;
+  };
+  std::unordered_map<std::uint64_t, Conn> conns;
+
+  Impl(const PipelineConfig& c, cost::PriceTable prices, sensors::SensorTable& s,
+       const attribution::LocalTier* tier, exporter::Ledger* l, exporter::AuditLog* a,
+       std::unique_ptr<objstore::KeyLayout> key_layout)
+      : config(c),
+        meter(std::move(prices)),
+        sensors(s),
+        ledger(l),
+        audit(a),
+        layout(std::move(key_layout)),
+        decoder(*this),
+        attributor(*this, tier) {
+    timespec mono{}, real{};
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    clock_gettime(CLOCK_REALTIME, &real);
+    wall_offset_ns = (static_cast<std::int64_t>(real.tv_sec) - mono.tv_sec) * 1'000'000'000LL +
+                     (real.tv_nsec - mono.tv_nsec);
+  }
+
+  std::int64_t unix_seconds(std::uint64_t t) const {
+    return (static_cast<std::int64_t>(t) + wall_offset_ns) / 1'000'000'000LL;
+  }
+
+  // ---- kafka::Sink ----
+  void on_request(const kafka::Exchange& x) override { attributor.on_request(x); }
+  void on_exchange(const kafka::Exchange& x) override {
+    if (!x.group_id.empty() && !x.client_id.empty()) {
+      auto& g = groups[x.client_id];
+      if (g != x.group_id && groups.size() < 100'000) {
+        g = x.group_id;
+        sensors.set_group(x.client_id, x.group_id);
+      }
+    }
+    attributor.on_exchange(x);
+  }
+
+  // ---- attribution::Sink ----
+  void on_attributed(const attribution::Attributed& a) override {
+    const cost::Cost c = meter.add(a.body_bytes, 1);
+    const bool estimated = a.method == attribution::Method::kEstimated;
+    sensors::Observation o;
+    o.client_id = a.client_id;
+    o.topic = a.topic.empty() ? std::string_view("__unknown__") : a.topic;
+    o.partition = sensors.config().partition_label ? a.partition : sensors::kNoPartition;
+    o.method = estimated ? sensors::Method::kEstimated : sensors::Method::kExact;
+    o.remote_bytes = a.body_bytes;
+    o.requests = 1;
+    o.errors = a.error ? 1 : 0;
+    o.cost_api = c.api;
+    o.cost_egress = c.egress;
+    o.now_ns = now_ns;
+    sensors.record(o);
+    std::string_view group;
+    if (auto g = groups.find(std::string(a.client_id)); g != groups.end()) group = g->second;
+    const std::string_view method = sensors::method_name(o.method);
+    if (ledger) {
+      ledger->add(unix_seconds(a.read->end_ns),
+                  {0, std::string(a.client_id), std::string(group), std::string(o.topic),
+                   std::string(method)},
+                  {a.body_bytes, 1, a.error ? 1u : 0u, c.api, c.egress});
+    }
+    if (audit) {
+      exporter::AuditRecord r;
+      r.unix_ms = (static_cast<std::int64_t>(a.read->end_ns) + wall_offset_ns) / 1'000'000;
+      r.client_id = a.client_id;
+      r.group_id = group;
+      r.topic = o.topic;
+      r.partition = a.partition;
+      r.fetch_offset = a.fetch_offset;
+      r.max_bytes = a.partition_max_bytes;
+      r.object_key = a.read->object_key;
+      r.bytes = a.body_bytes;
+      r.status = a.read->status;
+      r.method = method;
+      audit->write(r);
+    }
+  }
+
+  void on_fetch_done(const attribution::FetchDone& d) override {
+    sensors::Observation o;
+    o.client_id = d.client_id;
+    o.topic = d.topic.empty() ? std::string_view("__unknown__") : d.topic;
+    o.partition = sensors.config().partition_label ? d.partition : sensors::kNoPartition;
+    o.method = d.method == attribution::Method::kEstimated ? sensors::Method::kEstimated
+                                                            : sensors::Method::kExact;
+    if (d.response_seen) {
+      o.object_bytes_read = d.object_bytes;
+      o.bytes_delivered = d.bytes_delivered;
+    }
+    o.latency_seconds = d.object_reads > 0 ? d.remote_latency_seconds : -1;
+    o.now_ns = now_ns;
+    sensors.record(o);
+  }
+
+  // ---- object reads ----
+  void on_get(const objstore::ObjectGet& g) {
+    // Uploads (PUT) and listings are the broker's own work, not reads a client caused.
+    if (g.method == objstore::Method::kExact && g.http_method != "GET" && !g.http_method.empty())
+      return;
+    ++stats.object_reads;
+    attribution::ObjectRead r;
+    r.connection = g.connection;
+    r.thread_id = g.thread_id;
+    r.start_ns = g.request_ns;
+    r.end_ns = g.response_end_ns ? g.response_end_ns : g.response_start_ns;
+    r.status = g.status;
+    r.body_bytes = g.billable_bytes();
+    r.method = g.method == objstore::Method::kEstimated ? attribution::Method::kEstimated
+                                                         : attribution::Method::kExact;
+    r.object_key = g.target.key;
+    if (g.key_fields.parsed) {
+      r.topic = g.key_fields.topic;
+      r.topic_id = g.key_fields.topic_id;
+      r.partition = g.key_fields.partition;
+      r.segment_base_offset = g.key_fields.base_offset;
+    }
+    attributor.on_object_read(r);
+  }
+
+  Role classify(Conn& conn, const Piece& p) {
+    if (contains(config.kafka_ports, conn.local_port)) return Role::kKafka;
+    std::span<const std::uint8_t> first;
+    if (!p.captured.empty() && p.captured.front().position == p.position) first = p.captured.front().bytes;
+    const bool store_port = contains(config.object_store_ports, conn.peer_port);
+    if (first.empty()) return store_port && p.length == 0 ? Role::kUnknown : Role::kUnknown;
+    if (!p.to_target) {  // the broker speaks first on connections it opened
+      if (looks_like_http_request(first)) return Role::kObjectStoreHttp;
+      if (looks_like_tls_record(first) && (store_port || config.object_store_ports.empty()))
+        return Role::kObjectStoreOpaque;
+      return store_port ? Role::kObjectStoreHttp : Role::kKafka;
+    }
+    if (store_port) return looks_like_tls_record(first) ? Role::kObjectStoreOpaque : Role::kObjectStoreHttp;
+    return looks_like_tls_record(first) ? Role::kOther : Role::kKafka;
+  }
+
+  void start_role(std::uint64_t id, Conn& conn, Role role) {
+    conn.role = role;
+    switch (role) {
+      case Role::kKafka:
+        ++stats.kafka_connections;
+        if (conn.opened) decoder.open(id, now_ns);
+        break;
+      case Role::kObjectStoreHttp: {
+        ++stats.object_store_connections;
+        objstore::HttpOptions options;
+        options.virtual_host_suffixes = config.virtual_host_suffixes;
+        conn.http = std::make_unique<objstore::HttpConnection>(
+            id, layout.get(), options, [this](const objstore::ObjectGet& g) { on_get(g); });
+        break;
+      }
+      case Role::kObjectStoreOpaque:
+        ++stats.opaque_connections;
+        conn.tls = std::make_unique<objstore::TlsCycleEstimator>(
+            id, objstore::TlsEstimateOptions{}, [this](const objstore::ObjectGet& g) { on_get(g); });
+        break;
+      default: break;
+    }
+  }
+
+  void feed(std::uint64_t id, Conn& conn, const Piece& p) {
+    switch (conn.role) {
+      case Role::kKafka: {
+        const auto dir = p.to_target ? kafka::Direction::kRequest : kafka::Direction::kResponse;
+        for_each_run(p, [&](std::uint64_t pos, std::uint64_t len, std::span<const std::uint8_t> b) {
+          decoder.data(id, dir, p.time_ns, pos, len, b);
+        });
+        break;
+      }
+      case Role::kObjectStoreHttp: {
+        const auto dir = p.to_target ? objstore::Direction::kResponse : objstore::Direction::kRequest;
+        for_each_run(p, [&](std::uint64_t pos, std::uint64_t len, std::span<const std::uint8_t> b) {
+          conn.http->on_piece(dir, pos, len, b, p.time_ns, p.thread_id);
+        });
+        break;
+      }
+      case Role::kObjectStoreOpaque: {
+        const auto dir = p.to_target ? objstore::Direction::kResponse : objstore::Direction::kRequest;
+        std::span<const std::uint8_t> first;
+        if (!p.captured.empty() && p.captured.front().position == p.position) first = p.captured.front().bytes;
+        conn.tls->on_piece(dir, p.length, first, p.time_ns, p.thread_id);
+        break;
+      }
+      default: break;
+    }
+  }
+};
+
+Result<std::unique_ptr<Pipeline>> Pipeline::create(const PipelineConfig& config,
+                                                   cost::PriceTable prices,
+                                                   sensors::SensorTable& sensors,
+                                                   const attribution::LocalTier* tier,
+                                                   exporter::Ledger* ledger,
+                                                   exporter::AuditLog* audit) {
+  auto layout = objstore::make_key_layout(config.key_layout);
+  if (!layout) return make_error("object_store.key_layout: " + layout.error().message);
+  auto impl = std::make_unique<Impl>(config, std::move(prices), sensors, tier, ledger, audit,
+                                     std::move(*layout));
+  return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
+}
+
+Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Pipeline::~Pipeline() = default;
+
+void Pipeline::open(std::uint64_t connection, std::uint64_t time_ns, std::uint16_t local_port,
+                    std::uint16_t peer_port, std::string_view peer_ip) {
+  impl_->now_ns = std::max(impl_->now_ns, time_ns);
+  auto& conn = impl_->conns[connection];
+  conn.opened = true;
+  conn.local_port = local_port;
+  conn.peer_port = peer_port;
+  if (!peer_ip.empty()) impl_->attributor.set_peer(connection, peer_ip);
+  ++impl_->stats.connections;
+  if (contains(impl_->config.kafka_ports, local_port)) impl_->start_role(connection, conn, Role::kKafka);
+}
+
+void Pipeline::describe(std::uint64_t connection, std::uint16_t local_port,
+                        std::uint16_t peer_port, std::string_view peer_ip) {
+  auto [it, fresh] = impl_->conns.try_emplace(connection);
+  if (fresh) ++impl_->stats.connections;
+  it->second.local_port = local_port;
+  it->second.peer_port = peer_port;
+  if (!peer_ip.empty()) impl_->attributor.set_peer(connection, peer_ip);
+}
+
+void Pipeline::piece(const Piece& p) {
+  impl_->now_ns = std::max(impl_->now_ns, p.time_ns);
+  ++impl_->stats.pieces;
+  auto [it, fresh] = impl_->conns.try_emplace(p.connection);
+  Impl::Conn& conn = it->second;
+  if (fresh) ++impl_->stats.connections;
+  if (conn.role == Role::kUnknown) {
+    const Role role = impl_->classify(conn, p);
+    if (role == Role::kUnknown) return;  // length-only pieces before anything readable
+    impl_->start_role(p.connection, conn, role);
+  }
+  impl_->feed(p.connection, conn, p);
+}
+
+void Pipeline::close(std::uint64_t connection, std::uint64_t time_ns) {
+  impl_->now_ns = std::max(impl_->now_ns, time_ns);
+  auto it = impl_->conns.find(connection);
+  if (it == impl_->conns.end()) return;
+  Impl::Conn& conn = it->second;
+  if (conn.role == Role::kKafka) {
+    impl_->decoder.close(connection, time_ns);
+    impl_->attributor.close_connection(connection);
+  }
+  if (conn.http) conn.http->close(time_ns);
+  if (conn.tls) conn.tls->close();
+  impl_->conns.erase(it);
+}
+
+void Pipeline::tick(std::uint64_t now_ns) {
+  impl_->now_ns = std::max(impl_->now_ns, now_ns);
+  impl_->decoder.close_gaps(now_ns);
+  impl_->decoder.expire(now_ns);
+  for (auto& [id, conn] : impl_->conns)
+    if (conn.tls) conn.tls->flush_if_idle(now_ns, 50'000'000);
+  impl_->sensors.expire_idle(now_ns);
+}
+
+void Pipeline::finish(std::uint64_t time_ns) {
+  std::vector<std::uint64_t> ids;
+  for (const auto& [id, conn] : impl_->conns) ids.push_back(id);
+  for (std::uint64_t id : ids) close(id, time_ns);
+  impl_->decoder.close_all(time_ns);
+}
+
+const attribution::Counters& Pipeline::attribution_counters() const {
+  return impl_->attributor.counters();
+}
+
+PipelineStats Pipeline::stats() const {
+  PipelineStats s = impl_->stats;
+  s.kafka_parse_errors = impl_->decoder.counters().parse_errors;
+  return s;
+}
+
+}  // namespace fc::pipeline

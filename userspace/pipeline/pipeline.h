@@ -1,0 +1,98 @@
+// pipeline: the data path inside fetchcostd, from socket pieces to priced sensors.
+//
+//   pieces of each connection ─► role (Kafka client / object store HTTP / opaque TLS / other)
+//     Kafka client ─► kafka::Decoder ─► attribution (fetches, groups)
+//     object store ─► objstore::HttpConnection | TlsCycleEstimator ─► attribution (reads)
+//   attribution ─► cost::CostMeter ─► sensors::SensorTable, export::Ledger, export::AuditLog
+//
+// The pipeline is fed the same way by the live capture (fetchcostd) and by a pcap
+// (`fetchcost replay`), so both are tested by the same code. Not thread-safe: one feeding thread;
+// the sensor table and ledger it writes are themselves safe to read from the HTTP thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "attribution/attribution.h"
+#include "cost/cost.h"
+#include "export/export.h"
+#include "sensors/sensors.h"
+
+namespace fc::pipeline {
+
+struct PipelineConfig {
+  std::vector<std::uint16_t> kafka_ports;         // broker listener ports (local side)
+  std::vector<std::uint16_t> object_store_ports;  // object-store endpoint ports (peer side)
+  std::string key_layout = "aiven";               // "aiven" or "regex:<pattern>"
+  std::vector<std::string> virtual_host_suffixes;
+};
+
+enum class Role : std::uint8_t { kUnknown, kKafka, kObjectStoreHttp, kObjectStoreOpaque, kOther };
+const char* role_name(Role role);
+
+// One contiguous captured range of a call, in stream coordinates.
+struct Segment {
+  std::uint64_t position;
+  std::span<const std::uint8_t> bytes;
+};
+
+// One socket call (or one TLS library call) as the capture layer saw it.
+struct Piece {
+  std::uint64_t connection = 0;
+  bool to_target = true;  // received by the broker (requests from clients, responses from stores)
+  std::uint64_t time_ns = 0;
+  std::uint32_t thread_id = 0;
+  std::string_view thread_name;
+  std::uint64_t position = 0;  // stream position of the call's first byte
+  std::uint64_t length = 0;    // bytes moved
+  std::span<const Segment> captured;  // ascending, inside [position, position + length)
+};
+
+struct PipelineStats {
+  std::uint64_t pieces = 0;
+  std::uint64_t connections = 0;
+  std::uint64_t kafka_connections = 0;
+  std::uint64_t object_store_connections = 0;
+  std::uint64_t opaque_connections = 0;
+  std::uint64_t object_reads = 0;
+  std::uint64_t kafka_parse_errors = 0;
+  std::uint64_t http_resyncs = 0;
+};
+
+class Pipeline {
+ public:
+  // `tier`, `ledger` and `audit` may be null.
+  static Result<std::unique_ptr<Pipeline>> create(const PipelineConfig& config,
+                                                  cost::PriceTable prices,
+                                                  sensors::SensorTable& sensors,
+                                                  const attribution::LocalTier* tier,
+                                                  exporter::Ledger* ledger,
+                                                  exporter::AuditLog* audit);
+  ~Pipeline();
+
+  // A connection seen from its start (accept/connect/TCP SYN); ports decide its role when set.
+  void open(std::uint64_t connection, std::uint64_t time_ns, std::uint16_t local_port,
+            std::uint16_t peer_port, std::string_view peer_ip);
+  // A connection first seen mid-stream (or found running): its ports, for its role and peer.
+  void describe(std::uint64_t connection, std::uint16_t local_port, std::uint16_t peer_port,
+                std::string_view peer_ip);
+  void piece(const Piece& piece);
+  void close(std::uint64_t connection, std::uint64_t time_ns);
+  // Periodic: expire stale requests, flush idle opaque cycles, expire idle sensors.
+  void tick(std::uint64_t now_ns);
+  // End of input: every pending request and read is settled.
+  void finish(std::uint64_t time_ns);
+
+  const attribution::Counters& attribution_counters() const;
+  PipelineStats stats() const;
+
+ private:
+  struct Impl;
+  explicit Pipeline(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fc::pipeline
