@@ -149,6 +149,7 @@ struct LocalTierMap::Impl {
   Options options;
   mutable std::shared_mutex mutex;
   TopicMap topics;
+  std::unordered_map<std::string, std::string, StringHash, std::equal_to<>> topic_by_id;
   Stats stats;
 
   std::thread watcher;
@@ -182,6 +183,7 @@ struct LocalTierMap::Impl {
     }
     std::unique_lock lock(mutex);
     topics = std::move(fresh);
+    rebuild_topic_ids();
     ++stats.full_scans;
     stats.log_dirs_missing = missing;
   }
@@ -198,7 +200,9 @@ struct LocalTierMap::Impl {
     if (state) {
       if (topic == topics.end())
         topic = topics.emplace(parsed->first, decltype(topic->second){}).first;
+      const bool new_id = !state->topic_id.empty() && !topic_by_id.contains(state->topic_id);
       topic->second[parsed->second] = std::move(*state);
+      if (new_id) rebuild_topic_ids();
       return;
     }
     if (topic == topics.end()) return;
@@ -206,7 +210,20 @@ struct LocalTierMap::Impl {
     // Only forget it if it lived in this log dir (it may have moved to another one).
     if (partition != topic->second.end() && partition->second.log_dir == log_dir) {
       topic->second.erase(partition);
-      if (topic->second.empty()) topics.erase(topic);
+      if (topic->second.empty()) {
+        topics.erase(topic);
+        rebuild_topic_ids();
+      }
+    }
+  }
+
+  // Topic id → name, for Fetch v13+ (topic ids only); caller holds the lock exclusively.
+  void rebuild_topic_ids() {
+    topic_by_id.clear();
+    for (const auto& [topic, partitions] : topics) {
+      for (const auto& [partition, state] : partitions) {
+        if (!state.topic_id.empty()) topic_by_id.emplace(state.topic_id, topic);
+      }
     }
   }
 
@@ -369,12 +386,9 @@ std::optional<std::string> LocalTierMap::topic_id(std::string_view topic) const 
 
 std::optional<std::string> LocalTierMap::topic_name(std::string_view topic_id) const {
   std::shared_lock lock(impl_->mutex);
-  for (const auto& [topic, partitions] : impl_->topics) {
-    for (const auto& [partition, state] : partitions) {
-      if (state.topic_id == topic_id) return topic;
-    }
-  }
-  return std::nullopt;
+  auto found = impl_->topic_by_id.find(topic_id);
+  if (found == impl_->topic_by_id.end()) return std::nullopt;
+  return found->second;
 }
 
 Eligibility LocalTierMap::classify(std::string_view topic, std::int32_t partition,

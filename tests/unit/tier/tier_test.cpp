@@ -146,10 +146,12 @@ TEST_CASE("inotify: segment deletion, new partitions and vanished dirs are seen"
   LogDir::segment(fresh, 42);
   CHECK(eventually([&] { return map.local_log_start("new-topic", 7) == 42; }));
   CHECK(eventually([&] { return map.topic_id("new-topic") == kDashedId; }));
+  CHECK(map.topic_name(kDashedId) == "new-topic");
 
   // Kafka deletes a partition by renaming it to "-delete" and removing it later.
   fs::rename(orders0, dir.root / "orders-0.0123456789abcdef0123456789abcdef-delete");
   CHECK(eventually([&] { return !map.local_log_start("orders", 0).has_value(); }));
+  CHECK(map.topic_name(kOrdersId) == std::nullopt);
   CHECK(map.classify("orders", 0, 0) == Eligibility::kUnknown);
 
   // The whole log dir vanishes (disk failure): everything it held is forgotten.
