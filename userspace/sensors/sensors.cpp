@@ -244,8 +244,10 @@ void SensorTable::record(const Observation& o) {
   auto it = m.index.find(key);
   if (it != m.index.end()) {
     i = it->second;
-    m.lru_unlink(i);
-    m.lru_push_front(i);
+    if (m.lru_head != i) {  // a busy client hits its sensor repeatedly: skip the relink
+      m.lru_unlink(i);
+      m.lru_push_front(i);
+    }
   } else {
     i = m.create(key, o.now_ns);
   }
