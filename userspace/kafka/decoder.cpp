@@ -15,6 +15,8 @@ constexpr std::int16_t kFetchSessionIdNotFound = 70;
 constexpr std::int16_t kInvalidFetchSessionEpoch = 71;
 constexpr std::size_t kMaxSessionsPerConnection = 8;
 constexpr std::size_t kMaxClientIdScan = 255;  // longer client ids are not trusted when resyncing
+// Response bytes held while waiting for the request they answer (see DirectionState::holding).
+constexpr std::size_t kMaxHeldResponseBytes = 64u << 10;
 // Frames claiming more are not trusted when resyncing (Produce requests are ~1 MiB by default).
 constexpr std::uint32_t kMaxResyncFrame = 16u << 20;
 
@@ -59,6 +61,10 @@ struct DirectionState {
   std::uint64_t frame_end = 0;
   std::uint32_t header_size = 0;  // bytes from frame start to the body
   Exchange* exchange = nullptr;   // the exchange whose frame is in progress
+  // A response that arrived before its request (events of one connection come from different
+  // CPUs' ring buffers): held while nothing is in flight, since then it can only answer a request
+  // not seen yet.
+  bool holding = false;
   // Fetch response streaming state.
   FetchStep step = FetchStep::kHeader;
   std::uint32_t topics_left = 0;
@@ -135,6 +141,7 @@ struct Decoder::Impl {
   std::uint64_t now_ns = 0;
   Exchange scratch;  // resync verification decodes into it
   Connection* last_connection = nullptr;
+  bool closing = false;  // close(): nothing more will come, held responses are given up
 
   Connection& connection(std::uint64_t id, bool from_start) {
     auto it = connections.find(id);
@@ -545,10 +552,17 @@ struct Decoder::Impl {
           d.frame_end = s.position() + 4 + size;
           int index = find_in_flight(c, corr);
           if (index < 0) {
+            if (c.in_flight.empty() && s.buffered_bytes() <= kMaxHeldResponseBytes && !closing) {
+              --counters.response_frames;  // counted again when it is looked at next time
+              d.holding = true;
+              return;
+            }
+            d.holding = false;
             ++counters.responses_unmatched;
             s.advance_to(d.frame_end);
             continue;
           }
+          d.holding = false;
           // Kafka answers in order: requests before this one will get no response (acks=0).
           for (int i = 0; i < index; ++i) emit(c, c.in_flight[i]);
           Exchange* ex = c.in_flight[index];
@@ -865,6 +879,7 @@ void Decoder::data(std::uint64_t connection, Direction direction, std::uint64_t 
     c.requests.stream.add_borrowed(position, length, captured);
     im.process_requests(c);
     c.requests.stream.settle();
+    if (c.responses.holding && !c.in_flight.empty()) im.process_responses(c);
   } else {
     c.responses.stream.add_borrowed(position, length, captured);
     im.process_responses(c);
@@ -892,7 +907,9 @@ void Decoder::close(std::uint64_t connection, std::uint64_t time_ns) {
   c.requests.stream.close_gaps();
   im.process_requests(c);
   c.responses.stream.close_gaps();
+  im.closing = true;
   im.process_responses(c);
+  im.closing = false;
   im.drop_connection(c);
   im.last_connection = nullptr;
   im.connections.erase(it);

@@ -190,7 +190,10 @@ class Decoder {
   // A connection seen from its first byte (accept/connect, TCP SYN): framing starts in sync.
   // Connections first seen through data are assumed to start mid-stream.
   void open(std::uint64_t connection, std::uint64_t time_ns);
-  // `length` bytes at `position` of one direction, of which `captured` were copied.
+  // `length` bytes at `position` of one direction, of which `captured` were copied (read during
+  // the call, never kept: what is not consumed is copied). Pieces of one direction may arrive out
+  // of order; a response that arrives before its request (per-CPU buffers) is held until the
+  // request comes, while nothing else is in flight on the connection.
   void data(std::uint64_t connection, Direction direction, std::uint64_t time_ns,
             std::uint64_t position, std::uint64_t length, std::span<const std::uint8_t> captured);
   // The missing pieces of every stream will not come (e.g. after draining all ring buffers).
