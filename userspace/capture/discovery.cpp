@@ -52,7 +52,7 @@ std::vector<TlsLibrary> find_tls_libraries(pid_t pid) {
   std::vector<TlsLibrary> result;
   const std::string proc = "/proc/" + std::to_string(pid);
   std::ifstream maps(proc + "/maps");
-  std::set<std::string> paths;
+  std::map<std::string, std::string> paths;  // as the process sees it -> where we open it
   std::string line;
   while (std::getline(maps, line)) {
     // address perms offset dev inode path
@@ -61,11 +61,15 @@ std::vector<TlsLibrary> find_tls_libraries(pid_t pid) {
     fields >> addr >> perms >> offset >> dev >> inode;
     std::getline(fields >> std::ws, path);
     if (perms.size() < 3 || perms[2] != 'x' || path.empty() || path[0] != '/') continue;
-    if (path.ends_with(" (deleted)")) continue;
-    paths.insert(path);
+    if (paths.count(path)) continue;
+    // A library deleted after loading (netty-tcnative unpacks itself to /tmp and deletes the
+    // file) is still reachable through the mapping's own link.
+    if (path.ends_with(" (deleted)"))
+      paths[path] = proc + "/map_files/" + addr;
+    else
+      paths[path] = proc + "/root" + path;  // inside the process's mount namespace
   }
-  for (const std::string& path : paths) {
-    const std::string host_path = proc + "/root" + path;
+  for (const auto& [path, host_path] : paths) {
     SymbolScan scan;
     bcc_symbol_option option{};
     option.use_symbol_type = (1u << STT_FUNC) | (1u << STT_GNU_IFUNC);
