@@ -220,6 +220,20 @@ def main():
          {"api_key": 0, "version": 3, "correlation_id": 12, "client_id": CLIENT_ID,
           "decoded": False, "response": False}, e], r)
 
+    # SaslHandshake v0: raw SASL tokens follow, size-prefixed without a Kafka header. This token
+    # is shaped like a Fetch request header on purpose; its "client id" must never surface.
+    hs0_req = admin.SaslHandShakeRequest[0](mechanism="PLAIN")
+    hs0_resp = admin.SaslHandShakeResponse[0](error_code=0, enabled_mechanisms=["PLAIN"])
+    token = struct.pack(">hhih", 1, 11, 7, 12) + b"alice:secret" + b"\x00" * 20
+    server_token = b""
+    f, e, r = fetch_conversation(11, 21, topics_small)
+    add("sasl_v0_raw_tokens_then_fetch",
+        [("request", request_frame(hs0_req, 20)), ("response", response_frame(hs0_resp, 20)),
+         ("request", struct.pack(">i", len(token)) + token),
+         ("response", struct.pack(">i", len(server_token)) + server_token)] + f,
+        [{"api_key": 17, "version": 0, "correlation_id": 20, "client_id": CLIENT_ID,
+          "decoded": False}, e], r)
+
     api_req = admin.ApiVersionRequest[0]()
     api_resp = admin.ApiVersionResponse[0](error_code=0, api_versions=[(1, 0, 11), (3, 0, 5)])
     add("api_versions_v0",

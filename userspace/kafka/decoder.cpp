@@ -84,6 +84,11 @@ struct Connection {
   std::vector<Exchange*> free;
   std::vector<FetchSession> sessions;
   std::uint64_t last_time_ns = 0;
+  // After SaslHandshake v0 the client sends raw SASL tokens (size-prefixed, no Kafka header)
+  // until authenticated: while set, only a frame with a plausible header carrying this client id
+  // is taken for a request again, so token bytes never become a "client id".
+  bool raw_sasl = false;
+  std::string sasl_client_id;
 
   Exchange* acquire() {
     if (free.empty()) {
@@ -310,12 +315,20 @@ struct Decoder::Impl {
             return;
           }
           ++counters.request_frames;
-          if (!bodies::plausible_api(key, version)) {
+          const std::string_view client_id(reinterpret_cast<const char*>(p + 14), header_size - 14);
+          if (!bodies::plausible_api(key, version) ||
+              (c.raw_sasl &&
+               (client_id != c.sasl_client_id || !printable({p + 14, header_size - 14})))) {
             // Not a Kafka request header (raw SASL tokens after SaslHandshake v0, or a protocol
             // we do not know): skip by length, keep nothing of it.
             ++counters.opaque_frames;
             s.advance_to(s.position() + 4 + size);
             continue;
+          }
+          c.raw_sasl = false;
+          if (key == api::kSaslHandshake && version == 0) {
+            c.raw_sasl = true;
+            c.sasl_client_id = client_id;
           }
           Exchange* ex = c.acquire();
           ex->connection = c.id;
@@ -535,6 +548,12 @@ struct Decoder::Impl {
             lose_sync(d);
             continue;
           }
+          if (c.raw_sasl && v.data.size() >= 4 && wire::load_be32(v.data.data()) < 4) {
+            // A raw SASL token from the broker, possibly empty: no correlation id to read.
+            ++counters.opaque_frames;
+            s.advance_to(s.position() + 4 + wire::load_be32(v.data.data()));
+            continue;
+          }
           if (v.data.size() < 8) {
             if (v.more_follows) {
               lose_sync(d);
@@ -552,7 +571,8 @@ struct Decoder::Impl {
           d.frame_end = s.position() + 4 + size;
           int index = find_in_flight(c, corr);
           if (index < 0) {
-            if (c.in_flight.empty() && s.buffered_bytes() <= kMaxHeldResponseBytes && !closing) {
+            if (c.in_flight.empty() && !c.raw_sasl && s.buffered_bytes() <= kMaxHeldResponseBytes &&
+                !closing) {
               --counters.response_frames;  // counted again when it is looked at next time
               d.holding = true;
               return;

@@ -41,6 +41,18 @@ TEST_CASE("SASL frames are skipped and their bytes never surface") {
   }
 }
 
+TEST_CASE("raw SASL tokens after SaslHandshake v0 are opaque, even when shaped like a header") {
+  json c = conversation("kafka_python.json", "sasl_v0_raw_tokens_then_fetch");
+  for (std::size_t piece : {1ul, 7ul, 1000ul}) {
+    Collector sink;
+    Decoder decoder(sink);
+    feed(decoder, frames_of(c), every(piece));
+    check_all(c["expect"], sink.exchanges);
+    CHECK(decoder.counters().opaque_frames == 2);  // the client's token and the broker's
+    for (const auto& ex : sink.exchanges) CHECK_FALSE(contains(ex.client_id, "secret"));
+  }
+}
+
 TEST_CASE("unanswered requests expire; closing emits what is still in flight") {
   json c = conversation("kafka_python.json", "fetch_v11_1p");
   auto frames = frames_of(c);
