@@ -19,7 +19,9 @@
 namespace fc::capture {
 namespace {
 
-std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
+std::string errno_text(int err) {
+  return std::strerror(err < 0 ? -err : err);
+}
 
 std::size_t round_up_pow2(std::size_t n) {
   std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
@@ -48,9 +50,15 @@ bool kernel_has_sock_tracepoints() {
          libbpf_find_vmlinux_btf_id("inet_sock_set_state", BPF_TRACE_RAW_TP) > 0;
 }
 
-bool is_sock_program(const char* name) { return std::strncmp(name, "sock_", 5) == 0; }
-bool is_syscall_program(const char* name) { return std::strncmp(name, "sc_", 3) == 0; }
-bool is_tls_program(const char* name) { return std::strncmp(name, "tls_", 4) == 0; }
+bool is_sock_program(const char* name) {
+  return std::strncmp(name, "sock_", 5) == 0;
+}
+bool is_syscall_program(const char* name) {
+  return std::strncmp(name, "sc_", 3) == 0;
+}
+bool is_tls_program(const char* name) {
+  return std::strncmp(name, "tls_", 4) == 0;
+}
 
 std::string comm_of(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
@@ -68,9 +76,12 @@ using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
 
 const char* variant_name(Variant v) {
   switch (v) {
-    case Variant::kSockTracepoints: return "sock-tracepoints";
-    case Variant::kSyscallTracepoints: return "syscall-tracepoints";
-    default: return "auto";
+    case Variant::kSockTracepoints:
+      return "sock-tracepoints";
+    case Variant::kSyscallTracepoints:
+      return "syscall-tracepoints";
+    default:
+      return "auto";
   }
 }
 
@@ -167,8 +178,8 @@ struct Capture::Impl {
         if (!entry) continue;
         LIBBPF_OPTS(bpf_uprobe_opts, enter_opts, .func_name = fn.c_str());
         LIBBPF_OPTS(bpf_uprobe_opts, exit_opts, .retprobe = true, .func_name = fn.c_str());
-        bpf_link* in = bpf_program__attach_uprobe_opts(entry, pid, lib.host_path.c_str(), 0,
-                                                       &enter_opts);
+        bpf_link* in =
+            bpf_program__attach_uprobe_opts(entry, pid, lib.host_path.c_str(), 0, &enter_opts);
         if (!in) {
           att.error = "cannot attach uprobe " + fn + ": " + errno_text(errno);
           continue;
@@ -290,8 +301,8 @@ Result<TargetStatus> Capture::add_target(pid_t tgid, const Policy& policy) {
   fc_target target{};
   target.default_policy = to_abi(policy);
   __u32 key = static_cast<__u32>(tgid);
-  if (bpf_map__update_elem(impl_->skel->maps.targets, &key, sizeof(key), &target,
-                           sizeof(target), BPF_ANY) != 0)
+  if (bpf_map__update_elem(impl_->skel->maps.targets, &key, sizeof(key), &target, sizeof(target),
+                           BPF_ANY) != 0)
     return make_error("cannot watch process " + std::to_string(tgid) + ": " + errno_text(errno));
   impl_->bump_policy_epoch();
 
@@ -331,8 +342,8 @@ std::vector<pid_t> Capture::targets() const {
 Result<void> Capture::set_port_policy(std::uint16_t port, bool peer_side, const Policy& policy) {
   fc_port_key key{port, static_cast<fc_u8>(peer_side ? 1 : 0), 0};
   fc_policy value = to_abi(policy);
-  if (bpf_map__update_elem(impl_->skel->maps.port_policy, &key, sizeof(key), &value,
-                           sizeof(value), BPF_ANY) != 0)
+  if (bpf_map__update_elem(impl_->skel->maps.port_policy, &key, sizeof(key), &value, sizeof(value),
+                           BPF_ANY) != 0)
     return make_error("cannot set the capture policy of port " + std::to_string(port) + ": " +
                       errno_text(errno) + " (at most 1024 port rules)");
   impl_->bump_policy_epoch();
@@ -399,8 +410,12 @@ Counters Capture::totals() const {
   return sum;
 }
 
-int Capture::cpu_count() const { return impl_->cpus; }
-Variant Capture::variant() const { return impl_->variant; }
+int Capture::cpu_count() const {
+  return impl_->cpus;
+}
+Variant Capture::variant() const {
+  return impl_->variant;
+}
 
 Status Capture::status() const {
   Status s;

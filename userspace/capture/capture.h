@@ -39,9 +39,9 @@ struct Options {
   // A ring wakes the reader when its unread data crosses this (0 = an eighth of the ring);
   // otherwise records wait for poll()'s timeout. Per-record wakeups cost ~1 us each.
   std::size_t wakeup_bytes = 0;
-  Policy default_policy;                      // for targets added without their own policy
-  Variant variant = Variant::kAuto;           // kSyscallTracepoints forces the fallback
-  bool tls = true;                            // attach TLS uprobes to targets' TLS libraries
+  Policy default_policy;             // for targets added without their own policy
+  Variant variant = Variant::kAuto;  // kSyscallTracepoints forces the fallback
+  bool tls = true;                   // attach TLS uprobes to targets' TLS libraries
   // TLS libraries NOT to hook: "openssl" (also BoringSSL), "gnutls", or a substring of a
   // library path (e.g. "libgnutls"). A skipped library's connections stay ciphertext.
   std::vector<std::string> tls_skip;
@@ -102,7 +102,7 @@ struct Status {
   std::size_t ring_bytes_per_cpu = 0;
   std::vector<Counters> per_cpu;
   Counters totals;
-  std::uint64_t delivered = 0;             // records handed to the handler
+  std::uint64_t delivered = 0;              // records handed to the handler
   std::uint64_t ciphertext_suppressed = 0;  // TLS ciphertext records dropped in the drain
 };
 

@@ -76,7 +76,8 @@ std::vector<TlsLibrary> find_tls_libraries(pid_t pid) {
     if (bcc_elf_foreach_sym(host_path.c_str(), on_symbol, &option, &scan) != 0) continue;
     TlsLibrary openssl{path, host_path, "openssl", {}};
     TlsLibrary gnutls{path, host_path, "gnutls", {}};
-    for (const std::string& f : scan.found) (f.starts_with("SSL_") ? openssl : gnutls).functions.push_back(f);
+    for (const std::string& f : scan.found)
+      (f.starts_with("SSL_") ? openssl : gnutls).functions.push_back(f);
     // An OpenSSL flavour needs SSL_read and SSL_write; a GnuTLS one both record calls.
     if (scan.found.count("SSL_read") && scan.found.count("SSL_write")) result.push_back(openssl);
     if (gnutls.functions.size() == 2) result.push_back(gnutls);
@@ -93,7 +94,8 @@ bool parse_endpoint(const std::string& text, std::uint8_t* addr, std::uint16_t& 
   const std::string hex = text.substr(0, colon);
   if (hex.size() != 8 && hex.size() != 32) return false;
   for (std::size_t w = 0; w < hex.size() / 8; ++w) {
-    std::uint32_t word = static_cast<std::uint32_t>(std::strtoul(hex.substr(w * 8, 8).c_str(), nullptr, 16));
+    std::uint32_t word =
+        static_cast<std::uint32_t>(std::strtoul(hex.substr(w * 8, 8).c_str(), nullptr, 16));
     std::memcpy(addr + 4 * w, &word, 4);
   }
   port = static_cast<std::uint16_t>(std::strtoul(text.substr(colon + 1).c_str(), nullptr, 16));
@@ -116,7 +118,8 @@ std::vector<fc_conn_event> scan_connections(pid_t pid) {
   std::vector<fc_conn_event> result;
   if (fd_of_inode.empty()) return result;
   const std::string comm = comm_of(pid);
-  for (const auto& [file, family] : {std::pair{"/net/tcp", AF_INET}, std::pair{"/net/tcp6", AF_INET6}}) {
+  for (const auto& [file, family] :
+       {std::pair{"/net/tcp", AF_INET}, std::pair{"/net/tcp6", AF_INET6}}) {
     std::ifstream in(proc + file);
     std::string line;
     std::getline(in, line);  // header

@@ -30,7 +30,9 @@ std::uint64_t effective_capabilities() {
   return 0;
 }
 
-bool has_cap(std::uint64_t caps, int cap) { return (caps >> cap) & 1; }
+bool has_cap(std::uint64_t caps, int cap) {
+  return (caps >> cap) & 1;
+}
 
 bool tracefs_mounted(const char* path) {
   struct statfs fs {};
@@ -41,7 +43,8 @@ bool tracefs_mounted(const char* path) {
 
 Result<void> check_environment() {
   const std::uint64_t caps = effective_capabilities();
-  const bool bpf_ok = has_cap(caps, kCapSysAdmin) || (has_cap(caps, kCapBpf) && has_cap(caps, kCapPerfmon));
+  const bool bpf_ok =
+      has_cap(caps, kCapSysAdmin) || (has_cap(caps, kCapBpf) && has_cap(caps, kCapPerfmon));
   if (!bpf_ok) {
     return make_error(
         "fetchcostd needs to load BPF programs: run it as root, or grant it CAP_BPF and "
@@ -53,10 +56,11 @@ Result<void> check_environment() {
   if (stat("/sys/kernel/btf/vmlinux", &st) != 0) {
     struct utsname u {};
     uname(&u);
-    return make_error(std::string("kernel ") + u.release +
-                      " exposes no BTF (/sys/kernel/btf/vmlinux is missing): fetchcost needs a "
-                      "kernel built with CONFIG_DEBUG_INFO_BTF=y (Linux >= 5.8; most distribution "
-                      "kernels since 2020 have it). In Kubernetes, mount the host's /sys/kernel/btf.");
+    return make_error(
+        std::string("kernel ") + u.release +
+        " exposes no BTF (/sys/kernel/btf/vmlinux is missing): fetchcost needs a "
+        "kernel built with CONFIG_DEBUG_INFO_BTF=y (Linux >= 5.8; most distribution "
+        "kernels since 2020 have it). In Kubernetes, mount the host's /sys/kernel/btf.");
   }
   // Syscall tracepoints (the fallback for kernels without the sock tracepoints) are looked up
   // in tracefs by libbpf; tp_btf programs and uprobes do not need it. Mount it if we can.
@@ -70,7 +74,9 @@ Result<void> check_environment() {
     }
   }
   // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; raise it so ring buffers fit.
-  struct rlimit unlimited {RLIM_INFINITY, RLIM_INFINITY};
+  struct rlimit unlimited {
+    RLIM_INFINITY, RLIM_INFINITY
+  };
   if (setrlimit(RLIMIT_MEMLOCK, &unlimited) != 0) {
     struct rlimit current {};
     getrlimit(RLIMIT_MEMLOCK, &current);

@@ -1,15 +1,15 @@
 // fetchcostd: watches Kafka broker processes with eBPF and serves per-client remote-fetch cost.
-#include <CLI/CLI.hpp>
 #include <arpa/inet.h>
-#include <sys/socket.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <atomic>
-#include <ctime>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <set>
 #include <string>
 
@@ -21,15 +21,20 @@
 namespace {
 
 std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
+void on_signal(int) {
+  g_stop = true;
+}
 
 std::uint64_t monotonic_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);  // the clock of bpf_ktime_get_ns()
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
+         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-const char* direction_name(unsigned d) { return d == FC_DIR_SEND ? "send" : "recv"; }
+const char* direction_name(unsigned d) {
+  return d == FC_DIR_SEND ? "send" : "recv";
+}
 
 std::string endpoint(unsigned family, const std::uint8_t* addr, unsigned port) {
   char text[INET6_ADDRSTRLEN] = "?";
@@ -40,7 +45,8 @@ std::string endpoint(unsigned family, const std::uint8_t* addr, unsigned port) {
 
 // Human-readable capture status (the JSON API will serve the same struct).
 void print_capture_status(const fc::capture::Status& s) {
-  std::fprintf(stderr, "status: variant=%s ring=%zu bytes/cpu events=%llu drops=%llu "
+  std::fprintf(stderr,
+               "status: variant=%s ring=%zu bytes/cpu events=%llu drops=%llu "
                "delivered=%llu tls_events=%llu ciphertext_suppressed=%llu\n",
                fc::capture::variant_name(s.variant), s.ring_bytes_per_cpu,
                static_cast<unsigned long long>(s.totals.events),
@@ -56,9 +62,11 @@ void print_capture_status(const fc::capture::Status& s) {
     std::fprintf(stderr, "status:   program %s runs=%llu\n", p.name.c_str(),
                  static_cast<unsigned long long>(p.run_count));
   for (const auto& t : s.targets) {
-    std::fprintf(stderr, "status:   pid %d (%s) capture=%u/%u bytes per call/iovec, %zu connections at attach\n",
-                 t.pid, t.comm.c_str(), t.policy.bytes_per_call, t.policy.bytes_per_iovec,
-                 t.existing_connections);
+    std::fprintf(
+        stderr,
+        "status:   pid %d (%s) capture=%u/%u bytes per call/iovec, %zu connections at attach\n",
+        t.pid, t.comm.c_str(), t.policy.bytes_per_call, t.policy.bytes_per_iovec,
+        t.existing_connections);
     for (const auto& l : t.tls) {
       std::string fns;
       for (const auto& f : l.functions) fns += (fns.empty() ? "" : ",") + f;
@@ -108,7 +116,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-tls", no_tls, "Do not attach TLS uprobes");
   app.add_option("--tls-skip", tls_skip,
                  "Do not hook this TLS library: openssl, gnutls, or a path substring (repeatable)");
-  app.add_option("--duration", duration_s, "Stop after this many seconds (0 = run until signalled)");
+  app.add_option("--duration", duration_s,
+                 "Stop after this many seconds (0 = run until signalled)");
   app.add_flag("--print-events", print_events,
                "Print one line per captured event (metadata only, never payload bytes)");
   app.add_option("--status-interval", status_interval_s,
@@ -166,13 +175,13 @@ int main(int argc, char** argv) {
     const fc_event_common& c = ev.common;
     if (ev.data) {
       const fc_data_event& d = *ev.data;
-      std::printf("%s pid=%u tid=%u comm=%.*s conn=%#llx gen=%u fd=%d dir=%s src=%u pos=%llu "
-                  "len=%u captured=%u segs=%u flags=%#x\n",
-                  c.kind == FC_EVENT_TLS_DATA ? "tls" : "data", c.tgid, c.tid, FC_COMM_LEN, c.comm,
-                  static_cast<unsigned long long>(c.conn_id), c.generation, c.fd,
-                  direction_name(d.direction), d.source,
-                  static_cast<unsigned long long>(d.stream_pos), d.length, d.captured, d.nsegs,
-                  c.flags);
+      std::printf(
+          "%s pid=%u tid=%u comm=%.*s conn=%#llx gen=%u fd=%d dir=%s src=%u pos=%llu "
+          "len=%u captured=%u segs=%u flags=%#x\n",
+          c.kind == FC_EVENT_TLS_DATA ? "tls" : "data", c.tgid, c.tid, FC_COMM_LEN, c.comm,
+          static_cast<unsigned long long>(c.conn_id), c.generation, c.fd,
+          direction_name(d.direction), d.source, static_cast<unsigned long long>(d.stream_pos),
+          d.length, d.captured, d.nsegs, c.flags);
     } else if (ev.conn) {
       const fc_conn_event& k = *ev.conn;
       std::printf("%s pid=%u conn=%#llx gen=%u fd=%d origin=%u local=%s peer=%s\n",
@@ -202,11 +211,15 @@ int main(int argc, char** argv) {
         continue;
       }
       watched.insert(pid);
-      std::fprintf(stderr, "fetchcostd: watching pid %d (%s), %zu TLS libraries, %zu open connections\n",
+      std::fprintf(stderr,
+                   "fetchcostd: watching pid %d (%s), %zu TLS libraries, %zu open connections\n",
                    pid, r->comm.c_str(), r->tls.size(), r->existing_connections);
     }
     for (auto it = watched.begin(); it != watched.end();) {
-      if (fc::daemon::process_alive(*it)) { ++it; continue; }
+      if (fc::daemon::process_alive(*it)) {
+        ++it;
+        continue;
+      }
       (*capture)->remove_target(*it);
       std::fprintf(stderr, "fetchcostd: pid %d exited\n", *it);
       it = watched.erase(it);

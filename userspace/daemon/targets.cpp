@@ -28,7 +28,9 @@ std::vector<pid_t> find_processes_by_cmdline(const std::string& needle) {
   return found;
 }
 
-bool process_alive(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
+bool process_alive(pid_t pid) {
+  return kill(pid, 0) == 0 || errno == EPERM;
+}
 
 std::string cgroup_of(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
@@ -59,8 +61,9 @@ std::vector<pid_t> find_processes_by_cgroup(const std::string& path) {
     if (pid == getpid()) continue;
     const std::string cg = cgroup_of(pid);
     if (cg.empty()) continue;
-    const bool inside = want == "/" || cg == want ||
-                        (cg.size() > want.size() && cg.rfind(want, 0) == 0 && cg[want.size()] == '/');
+    const bool inside =
+        want == "/" || cg == want ||
+        (cg.size() > want.size() && cg.rfind(want, 0) == 0 && cg[want.size()] == '/');
     if (inside) found.push_back(pid);
   }
   return found;

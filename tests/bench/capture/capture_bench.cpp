@@ -12,8 +12,8 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -144,8 +144,9 @@ std::map<std::string, fc::capture::ProgramStatus> program_stats(const fc::captur
 }
 
 // Runs a child workload (target or not) and returns per-program ns/run over that window.
-std::map<std::string, std::pair<double, std::uint64_t>> measure(fc::capture::Capture& cap, bool target,
-                                                                std::size_t size, int calls) {
+std::map<std::string, std::pair<double, std::uint64_t>> measure(fc::capture::Capture& cap,
+                                                                bool target, std::size_t size,
+                                                                int calls) {
   Child child([=] { return ping_writes(size, calls); });
   if (target && !cap.add_target(child.pid).ok()) std::abort();
   const auto before = program_stats(cap);
@@ -160,7 +161,8 @@ std::map<std::string, std::pair<double, std::uint64_t>> measure(fc::capture::Cap
     const auto& b = before.at(name);
     const std::uint64_t runs = a.run_count - b.run_count;
     if (runs == 0) continue;
-    out[name] = {static_cast<double>(a.run_time_ns - b.run_time_ns) / static_cast<double>(runs), runs};
+    out[name] = {static_cast<double>(a.run_time_ns - b.run_time_ns) / static_cast<double>(runs),
+                 runs};
   }
   return out;
 }
@@ -172,21 +174,26 @@ void print_runtime(Variant variant) {
   options.ring_bytes_per_cpu = 8 << 20;
   options.default_policy = {4096, 4096, FC_ROLE_OTHER};
   options.tls = false;
-  auto cap = fc::capture::Capture::open(options, [&](const fc::capture::EventView&) { ++delivered; });
+  auto cap =
+      fc::capture::Capture::open(options, [&](const fc::capture::EventView&) { ++delivered; });
   if (!cap) {
     std::fprintf(stderr, "capture_bench: %s\n", cap.error().message.c_str());
     std::exit(1);
   }
   const bool sock = variant == Variant::kSockTracepoints;
   const std::vector<std::string> send_progs =
-      sock ? std::vector<std::string>{"sock_send_length"} : std::vector<std::string>{"sc_enter_write", "sc_exit_write"};
+      sock ? std::vector<std::string>{"sock_send_length"}
+           : std::vector<std::string>{"sc_enter_write", "sc_exit_write"};
   const std::vector<std::string> recv_progs =
-      sock ? std::vector<std::string>{"sock_recv_length"} : std::vector<std::string>{"sc_enter_read", "sc_exit_read"};
+      sock ? std::vector<std::string>{"sock_recv_length"}
+           : std::vector<std::string>{"sc_enter_read", "sc_exit_read"};
   struct Case {
     const char* label;
     bool target;
     std::size_t size;
-  } cases[] = {{"non-target, 64 B", false, 64}, {"target, 256 B captured", true, 256}, {"target, 4 KiB captured", true, 4096}};
+  } cases[] = {{"non-target, 64 B", false, 64},
+               {"target, 256 B captured", true, 256},
+               {"target, 4 KiB captured", true, 4096}};
   constexpr int kCalls = 100000;
   for (const auto& c : cases) {
     auto r = measure(**cap, c.target, c.size, kCalls);
@@ -209,7 +216,8 @@ void print_runtime(Variant variant) {
   }
   const auto totals = (*cap)->totals();
   std::printf("  %-20s records %llu, drops %llu\n", fc::capture::variant_name(variant),
-              static_cast<unsigned long long>(totals.events), static_cast<unsigned long long>(totals.drops));
+              static_cast<unsigned long long>(totals.events),
+              static_cast<unsigned long long>(totals.drops));
 }
 
 double median(std::vector<double> v) {
@@ -235,7 +243,8 @@ void print_throughput(int rounds, double seconds, std::uint32_t cap_bytes, bool 
         options.ring_bytes_per_cpu = 8 << 20;
         options.default_policy = {cap_bytes, cap_bytes, FC_ROLE_OTHER};
         options.tls = false;
-        auto opened = fc::capture::Capture::open(options, [&](const fc::capture::EventView&) { ++delivered; });
+        auto opened = fc::capture::Capture::open(
+            options, [&](const fc::capture::EventView&) { ++delivered; });
         if (!opened) {
           std::fprintf(stderr, "capture_bench: %s\n", opened.error().message.c_str());
           std::exit(1);
@@ -249,8 +258,10 @@ void print_throughput(int rounds, double seconds, std::uint32_t cap_bytes, bool 
       if (cap) before = program_stats(*cap);
       child.start();
       while (!child.done()) {
-        if (cap) (void)cap->poll(10);
-        else usleep(10000);
+        if (cap)
+          (void)cap->poll(10);
+        else
+          usleep(10000);
       }
       double child_cpu = 0;
       const auto [bytes, elapsed] = child.result(&child_cpu);
@@ -263,7 +274,8 @@ void print_throughput(int rounds, double seconds, std::uint32_t cap_bytes, bool 
           if (a.run_count == b.run_count || a.run_time_ns == 0) continue;
           char line[128];
           std::snprintf(line, sizeof(line), " %s %.0f ns x %llu", name.c_str(),
-                        static_cast<double>(a.run_time_ns - b.run_time_ns) / static_cast<double>(a.run_count - b.run_count),
+                        static_cast<double>(a.run_time_ns - b.run_time_ns) /
+                            static_cast<double>(a.run_count - b.run_count),
                         static_cast<unsigned long long>(a.run_count - b.run_count));
           prog_costs += line;
         }
@@ -284,11 +296,12 @@ void print_throughput(int rounds, double seconds, std::uint32_t cap_bytes, bool 
   const double ea = median(eff_without), eb = median(eff_with);
   std::printf("  median wall: bare %.1f MiB/s, captured %.1f MiB/s, ratio %.3f (loss %.1f%%)\n",
               a / (1 << 20), b / (1 << 20), b / a, 100.0 * (1 - b / a));
-  std::printf("  median per CPU-second (workload + drain): bare %.1f MiB, captured %.1f MiB, ratio "
-              "%.3f (loss %.1f%%)\n",
-              ea / (1 << 20), eb / (1 << 20), eb / ea, 100.0 * (1 - eb / ea));
-  std::printf("  %llu records delivered, %llu dropped\n", static_cast<unsigned long long>(delivered),
-              static_cast<unsigned long long>(drops));
+  std::printf(
+      "  median per CPU-second (workload + drain): bare %.1f MiB, captured %.1f MiB, ratio "
+      "%.3f (loss %.1f%%)\n",
+      ea / (1 << 20), eb / (1 << 20), eb / ea, 100.0 * (1 - eb / ea));
+  std::printf("  %llu records delivered, %llu dropped\n",
+              static_cast<unsigned long long>(delivered), static_cast<unsigned long long>(drops));
 }
 
 }  // namespace
@@ -313,14 +326,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!throughput_only) {
-    std::printf("BPF run time per event (kernel bpf_stats: run_time_ns / run_cnt; 100000 calls each):\n");
+    std::printf(
+        "BPF run time per event (kernel bpf_stats: run_time_ns / run_cnt; 100000 calls each):\n");
     print_runtime(Variant::kSockTracepoints);
     print_runtime(Variant::kSyscallTracepoints);
   }
   // Throughput runs without the statistics' own timing overhead unless asked (diagnosis).
   if (!std::getenv("FC_BENCH_STATS")) close(stats_fd);
-  std::printf("Loopback TCP throughput, 64 KiB writes, %.1f s per run, %d rounds alternated, "
-              "capture %u bytes per call:\n", seconds, rounds, cap_bytes);
-  print_throughput(rounds, seconds, cap_bytes, !(throughput_only && std::string(argv[4]) == "untargeted"));
+  std::printf(
+      "Loopback TCP throughput, 64 KiB writes, %.1f s per run, %d rounds alternated, "
+      "capture %u bytes per call:\n",
+      seconds, rounds, cap_bytes);
+  print_throughput(rounds, seconds, cap_bytes,
+                   !(throughput_only && std::string(argv[4]) == "untargeted"));
   return 0;
 }

@@ -43,7 +43,8 @@ pid_t spawn_workload(const std::string& marker, const std::string& cgroup_dir) {
       procs << 0 << std::flush;  // move myself
       if (!procs) _exit(3);
     }
-    execl("/usr/bin/python3", "python3", "-c", kWorkload, marker.c_str(), static_cast<char*>(nullptr));
+    execl("/usr/bin/python3", "python3", "-c", kWorkload, marker.c_str(),
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   return pid;
@@ -127,8 +128,10 @@ TEST_CASE("fetchcostd picks up a restarted target (new PID) by command line") {
 TEST_CASE("fetchcostd picks up a restarted target by cgroup v2 path") {
   fc::testing::require_root("running fetchcostd and creating a cgroup");
   std::string root = "/sys/fs/cgroup";
-  if (std::filesystem::exists("/sys/fs/cgroup/unified/cgroup.procs")) root = "/sys/fs/cgroup/unified";
-  REQUIRE_MESSAGE(std::filesystem::exists(root + "/cgroup.procs"), "no cgroup v2 hierarchy mounted");
+  if (std::filesystem::exists("/sys/fs/cgroup/unified/cgroup.procs"))
+    root = "/sys/fs/cgroup/unified";
+  REQUIRE_MESSAGE(std::filesystem::exists(root + "/cgroup.procs"),
+                  "no cgroup v2 hierarchy mounted");
   const std::string name = "fc-kernel-test-" + std::to_string(getpid());
   const std::string dir = root + "/" + name;
   REQUIRE(mkdir(dir.c_str(), 0755) == 0);

@@ -24,7 +24,8 @@ int load_scenario(Child& self) {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(a);
-  if (bind(listener, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(listener, 1) != 0) return 10;
+  if (bind(listener, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(listener, 1) != 0)
+    return 10;
   getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
   int client = socket(AF_INET, SOCK_STREAM, 0);
   if (connect(client, reinterpret_cast<sockaddr*>(&a), len) != 0) return 11;
@@ -56,7 +57,9 @@ void run_drops(Variant variant) {
   fc::testing::require_root("loading BPF programs");
   REQUIRE(fc::capture::check_environment().ok());
   // One page per CPU: room for a handful of records only.
-  Collector col({.ring_bytes_per_cpu = 4096, .default_policy = {256, 256, FC_ROLE_OTHER}, .variant = variant});
+  Collector col({.ring_bytes_per_cpu = 4096,
+                 .default_policy = {256, 256, FC_ROLE_OTHER},
+                 .variant = variant});
   Child target(load_scenario);
   REQUIRE(col.capture->add_target(target.pid()).ok());
   target.go();
@@ -78,7 +81,8 @@ void run_drops(Variant variant) {
   }
   const long long produced = sends + recvs + 2;  // + the two CONNECT records
   const std::uint64_t received = data + conns;
-  MESSAGE("produced " << produced << ", received " << received << ", dropped " << status.totals.drops);
+  MESSAGE("produced " << produced << ", received " << received << ", dropped "
+                      << status.totals.drops);
   CHECK(received + status.totals.drops == static_cast<std::uint64_t>(produced));
   CHECK(status.totals.events == received);
   CHECK(status.totals.drops > 0);  // the ring really was too small
@@ -90,5 +94,9 @@ void run_drops(Variant variant) {
 
 }  // namespace
 
-TEST_CASE("tiny ring buffer: received + dropped = produced, sock tracepoints") { run_drops(Variant::kSockTracepoints); }
-TEST_CASE("tiny ring buffer: received + dropped = produced, syscall tracepoints") { run_drops(Variant::kSyscallTracepoints); }
+TEST_CASE("tiny ring buffer: received + dropped = produced, sock tracepoints") {
+  run_drops(Variant::kSockTracepoints);
+}
+TEST_CASE("tiny ring buffer: received + dropped = produced, syscall tracepoints") {
+  run_drops(Variant::kSyscallTracepoints);
+}

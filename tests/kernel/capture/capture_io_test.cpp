@@ -24,14 +24,28 @@ using fc::capture::Variant;
 
 namespace {
 
-enum class Sys { Write, Writev, Sendto, Sendmsg, Sendfile, Sendmmsg, Read, Readv, Recvfrom, Recvmsg, Recvmmsg };
+enum class Sys {
+  Write,
+  Writev,
+  Sendto,
+  Sendmsg,
+  Sendfile,
+  Sendmmsg,
+  Read,
+  Readv,
+  Recvfrom,
+  Recvmsg,
+  Recvmmsg
+};
 
 struct Step {
   Sys send;
   std::vector<std::size_t> send_iov;  // sizes (Sendmmsg: one message per entry)
   Sys recv;
   std::vector<std::size_t> recv_iov;
-  std::size_t total() const { return std::accumulate(send_iov.begin(), send_iov.end(), std::size_t{0}); }
+  std::size_t total() const {
+    return std::accumulate(send_iov.begin(), send_iov.end(), std::size_t{0});
+  }
 };
 
 // Client -> server, then server -> client.
@@ -73,9 +87,15 @@ bool do_send(int fd, const Step& s, const std::string& bytes) {
   }
   ssize_t r = -1;
   switch (s.send) {
-    case Sys::Write: r = write(fd, bytes.data(), bytes.size()); break;
-    case Sys::Writev: r = writev(fd, iov.data(), static_cast<int>(iov.size())); break;
-    case Sys::Sendto: r = sendto(fd, bytes.data(), bytes.size(), 0, nullptr, 0); break;
+    case Sys::Write:
+      r = write(fd, bytes.data(), bytes.size());
+      break;
+    case Sys::Writev:
+      r = writev(fd, iov.data(), static_cast<int>(iov.size()));
+      break;
+    case Sys::Sendto:
+      r = sendto(fd, bytes.data(), bytes.size(), 0, nullptr, 0);
+      break;
     case Sys::Sendmsg: {
       msghdr m{};
       m.msg_iov = iov.data();
@@ -86,7 +106,8 @@ bool do_send(int fd, const Step& s, const std::string& bytes) {
     case Sys::Sendfile: {
       char path[] = "/tmp/fc-sendfile-XXXXXX";
       int f = mkstemp(path);
-      if (f < 0 || write(f, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) return false;
+      if (f < 0 || write(f, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size()))
+        return false;
       unlink(path);
       off_t start = 0;
       r = sendfile(fd, f, &start, bytes.size());
@@ -105,7 +126,8 @@ bool do_send(int fd, const Step& s, const std::string& bytes) {
       r = static_cast<ssize_t>(bytes.size());
       break;
     }
-    default: return false;
+    default:
+      return false;
   }
   return r == static_cast<ssize_t>(bytes.size());
 }
@@ -121,9 +143,15 @@ bool do_recv(int fd, const Step& s, const std::string& expect) {
   }
   ssize_t r = -1;
   switch (s.recv) {
-    case Sys::Read: r = read(fd, got.data(), got.size()); break;
-    case Sys::Readv: r = readv(fd, iov.data(), static_cast<int>(iov.size())); break;
-    case Sys::Recvfrom: r = recvfrom(fd, got.data(), got.size(), 0, nullptr, nullptr); break;
+    case Sys::Read:
+      r = read(fd, got.data(), got.size());
+      break;
+    case Sys::Readv:
+      r = readv(fd, iov.data(), static_cast<int>(iov.size()));
+      break;
+    case Sys::Recvfrom:
+      r = recvfrom(fd, got.data(), got.size(), 0, nullptr, nullptr);
+      break;
     case Sys::Recvmsg: {
       msghdr m{};
       m.msg_iov = iov.data();
@@ -139,7 +167,8 @@ bool do_recv(int fd, const Step& s, const std::string& expect) {
       r = n == 1 ? static_cast<ssize_t>(msg.msg_len) : -1;
       break;
     }
-    default: return false;
+    default:
+      return false;
   }
   return r == static_cast<ssize_t>(expect.size()) && got == expect;
 }
@@ -209,17 +238,28 @@ int io_scenario(Child& self, int family) {
 
 fc_u8 source_of(Sys s) {
   switch (s) {
-    case Sys::Write: return FC_SRC_WRITE;
-    case Sys::Writev: return FC_SRC_WRITEV;
-    case Sys::Sendto: return FC_SRC_SENDTO;
-    case Sys::Sendmsg: return FC_SRC_SENDMSG;
-    case Sys::Sendfile: return FC_SRC_SENDFILE;
-    case Sys::Sendmmsg: return FC_SRC_SENDMMSG;
-    case Sys::Read: return FC_SRC_READ;
-    case Sys::Readv: return FC_SRC_READV;
-    case Sys::Recvfrom: return FC_SRC_RECVFROM;
-    case Sys::Recvmsg: return FC_SRC_RECVMSG;
-    case Sys::Recvmmsg: return FC_SRC_RECVMMSG;
+    case Sys::Write:
+      return FC_SRC_WRITE;
+    case Sys::Writev:
+      return FC_SRC_WRITEV;
+    case Sys::Sendto:
+      return FC_SRC_SENDTO;
+    case Sys::Sendmsg:
+      return FC_SRC_SENDMSG;
+    case Sys::Sendfile:
+      return FC_SRC_SENDFILE;
+    case Sys::Sendmmsg:
+      return FC_SRC_SENDMMSG;
+    case Sys::Read:
+      return FC_SRC_READ;
+    case Sys::Readv:
+      return FC_SRC_READV;
+    case Sys::Recvfrom:
+      return FC_SRC_RECVFROM;
+    case Sys::Recvmsg:
+      return FC_SRC_RECVMSG;
+    case Sys::Recvmmsg:
+      return FC_SRC_RECVMMSG;
   }
   return FC_SRC_UNKNOWN;
 }
@@ -233,14 +273,22 @@ std::vector<fc_segment> expected_segments(Sys sys, const std::vector<std::size_t
   std::vector<fc_segment> out;
   truncated = false;
   switch (sys) {
-    case Sys::Write: case Sys::Read: case Sys::Sendto: case Sys::Recvfrom:
-      if (p.bytes_per_call) out.push_back({0, static_cast<fc_u32>(std::min<std::size_t>(n, p.bytes_per_call))});
+    case Sys::Write:
+    case Sys::Read:
+    case Sys::Sendto:
+    case Sys::Recvfrom:
+      if (p.bytes_per_call)
+        out.push_back({0, static_cast<fc_u32>(std::min<std::size_t>(n, p.bytes_per_call))});
       return out;
-    case Sys::Writev: case Sys::Readv: case Sys::Sendmsg: case Sys::Recvmsg: {
+    case Sys::Writev:
+    case Sys::Readv:
+    case Sys::Sendmsg:
+    case Sys::Recvmsg: {
       std::size_t off = 0, captured = 0, i = 0;
       for (; i < iov.size() && i < FC_MAX_SEGMENTS && off < n; ++i) {
         std::size_t seg = std::min(iov[i], n - off);
-        std::size_t want = std::min({seg, std::size_t{p.bytes_per_iovec}, p.bytes_per_call - captured});
+        std::size_t want =
+            std::min({seg, std::size_t{p.bytes_per_iovec}, p.bytes_per_call - captured});
         if (want) out.push_back({static_cast<fc_u32>(off), static_cast<fc_u32>(want)});
         captured += want;
         off += seg;
@@ -248,7 +296,8 @@ std::vector<fc_segment> expected_segments(Sys sys, const std::vector<std::size_t
       truncated = off < n && i >= FC_MAX_SEGMENTS;
       return out;
     }
-    default: return out;
+    default:
+      return out;
   }
 }
 
@@ -258,9 +307,11 @@ void check_stream(const std::vector<Record>& all, fc_u64 conn_id, fc_u8 dir,
                   const fc::capture::Policy& policy, Variant variant, fc_u8 role) {
   std::vector<Record> evs;
   for (const auto& r : all)
-    if (r.is_data && r.common.kind == FC_EVENT_DATA && r.common.conn_id == conn_id && r.data.direction == dir)
+    if (r.is_data && r.common.kind == FC_EVENT_DATA && r.common.conn_id == conn_id &&
+        r.data.direction == dir)
       evs.push_back(r);
-  std::sort(evs.begin(), evs.end(), [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
+  std::sort(evs.begin(), evs.end(),
+            [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
   std::size_t step_start = 0, ei = 0;
   for (std::size_t si = 0; si < steps.size(); ++si) {
     const Step& s = steps[si];
@@ -272,7 +323,8 @@ void check_stream(const std::vector<Record>& all, fc_u64 conn_id, fc_u8 dir,
     if (sys == Sys::Sendmmsg && variant == Variant::kSockTracepoints) calls = s.send_iov;
     std::size_t call_start = step_start;
     for (std::size_t n : calls) {
-      INFO("step " << si << (sending_side ? " send" : " recv") << " dir " << int(dir) << " pos " << call_start);
+      INFO("step " << si << (sending_side ? " send" : " recv") << " dir " << int(dir) << " pos "
+                   << call_start);
       REQUIRE(ei < evs.size());
       const Record& e = evs[ei++];
       CHECK(e.data.stream_pos == call_start);
@@ -332,7 +384,9 @@ void run_io(Variant variant, int family) {
   CHECK(other.wait() == 0);
   col.capture->clear_port_policy(listen_port, false);
 
-  for (const auto& r : col.records) CHECK_MESSAGE(r.common.tgid != static_cast<fc_u32>(other.pid()), "a non-target produced an event");
+  for (const auto& r : col.records)
+    CHECK_MESSAGE(r.common.tgid != static_cast<fc_u32>(other.pid()),
+                  "a non-target produced an event");
 
   // Connection events: one per socket, with addresses, fds and generation 1.
   fc_u64 client_conn = 0, server_conn = 0;
@@ -362,17 +416,22 @@ void run_io(Variant variant, int family) {
       CHECK(r.common.fd == server_fd);
       if (variant == Variant::kSyscallTracepoints) CHECK(r.conn.origin == FC_ORIGIN_ACCEPT);
     } else {
-      FAIL("unexpected connection event, ports " << r.conn.local_port << " -> " << r.conn.peer_port);
+      FAIL("unexpected connection event, ports " << r.conn.local_port << " -> "
+                                                 << r.conn.peer_port);
     }
   }
   REQUIRE(client_conn != 0);
   REQUIRE(server_conn != 0);
   CHECK(client_conn != server_conn);
 
-  check_stream(col.records, client_conn, FC_DIR_SEND, kForward, true, true, kDefault, variant, FC_ROLE_OTHER);
-  check_stream(col.records, server_conn, FC_DIR_RECV, kForward, true, false, kServer, variant, FC_ROLE_KAFKA_CLIENT);
-  check_stream(col.records, server_conn, FC_DIR_SEND, kBackward, false, true, kServer, variant, FC_ROLE_KAFKA_CLIENT);
-  check_stream(col.records, client_conn, FC_DIR_RECV, kBackward, false, false, kDefault, variant, FC_ROLE_OTHER);
+  check_stream(col.records, client_conn, FC_DIR_SEND, kForward, true, true, kDefault, variant,
+               FC_ROLE_OTHER);
+  check_stream(col.records, server_conn, FC_DIR_RECV, kForward, true, false, kServer, variant,
+               FC_ROLE_KAFKA_CLIENT);
+  check_stream(col.records, server_conn, FC_DIR_SEND, kBackward, false, true, kServer, variant,
+               FC_ROLE_KAFKA_CLIENT);
+  check_stream(col.records, client_conn, FC_DIR_RECV, kBackward, false, false, kDefault, variant,
+               FC_ROLE_OTHER);
 
   const auto totals = col.capture->totals();
   CHECK(totals.drops == 0);
@@ -387,7 +446,9 @@ int reuse_scenario(Child& self, int family) {
     const std::string msg = pattern(100 + round, 7);
     if (write(lb.client, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size())) return 11;
     std::string got(msg.size(), '\0');
-    if (!wait_inq(lb.server, msg.size()) || read(lb.server, got.data(), got.size()) != static_cast<ssize_t>(got.size())) return 12;
+    if (!wait_inq(lb.server, msg.size()) ||
+        read(lb.server, got.data(), got.size()) != static_cast<ssize_t>(got.size()))
+      return 12;
     self.report(lb.client);
     self.report(lb.server);
     self.report(lb.client_port);
@@ -457,9 +518,21 @@ void run_reuse(Variant variant) {
 
 }  // namespace
 
-TEST_CASE("every data syscall over IPv4, sock tracepoints") { run_io(Variant::kSockTracepoints, AF_INET); }
-TEST_CASE("every data syscall over IPv6, sock tracepoints") { run_io(Variant::kSockTracepoints, AF_INET6); }
-TEST_CASE("every data syscall over IPv4, syscall tracepoints") { run_io(Variant::kSyscallTracepoints, AF_INET); }
-TEST_CASE("every data syscall over IPv6, syscall tracepoints") { run_io(Variant::kSyscallTracepoints, AF_INET6); }
-TEST_CASE("fd reuse gives a new generation, sock tracepoints") { run_reuse(Variant::kSockTracepoints); }
-TEST_CASE("fd reuse gives a new generation, syscall tracepoints") { run_reuse(Variant::kSyscallTracepoints); }
+TEST_CASE("every data syscall over IPv4, sock tracepoints") {
+  run_io(Variant::kSockTracepoints, AF_INET);
+}
+TEST_CASE("every data syscall over IPv6, sock tracepoints") {
+  run_io(Variant::kSockTracepoints, AF_INET6);
+}
+TEST_CASE("every data syscall over IPv4, syscall tracepoints") {
+  run_io(Variant::kSyscallTracepoints, AF_INET);
+}
+TEST_CASE("every data syscall over IPv6, syscall tracepoints") {
+  run_io(Variant::kSyscallTracepoints, AF_INET6);
+}
+TEST_CASE("fd reuse gives a new generation, sock tracepoints") {
+  run_reuse(Variant::kSockTracepoints);
+}
+TEST_CASE("fd reuse gives a new generation, syscall tracepoints") {
+  run_reuse(Variant::kSyscallTracepoints);
+}

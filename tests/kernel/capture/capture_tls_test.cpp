@@ -38,7 +38,8 @@ bool open_pair(Pair& p) {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(a);
-  if (bind(p.listener, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(p.listener, 4) != 0) return false;
+  if (bind(p.listener, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(p.listener, 4) != 0)
+    return false;
   getsockname(p.listener, reinterpret_cast<sockaddr*>(&a), &len);
   p.listen_port = ntohs(a.sin_port);
   p.client = socket(AF_INET, SOCK_STREAM, 0);
@@ -59,8 +60,9 @@ struct CertDir {
     dir = tmpl;
     cert = dir + "/cert.pem";
     key = dir + "/key.pem";
-    const std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " +
-                            key + " -out " + cert + " -subj /CN=localhost -days 2 2>/dev/null";
+    const std::string cmd =
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + key +
+        " -out " + cert + " -subj /CN=localhost -days 2 2>/dev/null";
     REQUIRE(std::system(cmd.c_str()) == 0);
   }
   ~CertDir() { std::filesystem::remove_all(dir); }
@@ -91,9 +93,13 @@ int openssl_scenario(Child& self, const CertDir& certs) {
   self.report(p.listen_port);
   self.wait_parent();
   // client -> server: SSL_write then SSL_write_ex; server reads with SSL_read.
-  if (SSL_write(c, kRequest1.data(), static_cast<int>(kRequest1.size())) != static_cast<int>(kRequest1.size())) return 13;
+  if (SSL_write(c, kRequest1.data(), static_cast<int>(kRequest1.size())) !=
+      static_cast<int>(kRequest1.size()))
+    return 13;
   std::size_t written = 0;
-  if (SSL_write_ex(c, kRequest2.data(), kRequest2.size(), &written) != 1 || written != kRequest2.size()) return 14;
+  if (SSL_write_ex(c, kRequest2.data(), kRequest2.size(), &written) != 1 ||
+      written != kRequest2.size())
+    return 14;
   std::string got;
   char buf[16384];
   while (got.size() < kRequest1.size() + kRequest2.size()) {
@@ -157,7 +163,9 @@ int gnutls_scenario(Child& self, const CertDir& certs) {
     got.append(buf, static_cast<std::size_t>(n));
   }
   if (got != kRequest1 + kRequest2) return 16;
-  if (gnutls_record_send(s, kResponse.data(), kResponse.size()) != static_cast<ssize_t>(kResponse.size())) return 17;
+  if (gnutls_record_send(s, kResponse.data(), kResponse.size()) !=
+      static_cast<ssize_t>(kResponse.size()))
+    return 17;
   got.clear();
   while (got.size() < kResponse.size()) {
     ssize_t n = gnutls_record_recv(c, buf, sizeof(buf));
@@ -175,9 +183,11 @@ int gnutls_scenario(Child& self, const CertDir& certs) {
 std::string tls_stream(const std::vector<Record>& all, fc_u64 conn_id, fc_u8 dir, fc_u8 lib) {
   std::vector<Record> evs;
   for (const auto& r : all)
-    if (r.common.kind == FC_EVENT_TLS_DATA && r.common.conn_id == conn_id && r.data.direction == dir)
+    if (r.common.kind == FC_EVENT_TLS_DATA && r.common.conn_id == conn_id &&
+        r.data.direction == dir)
       evs.push_back(r);
-  std::sort(evs.begin(), evs.end(), [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
+  std::sort(evs.begin(), evs.end(),
+            [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
   std::string out;
   for (const auto& e : evs) {
     CHECK(e.data.stream_pos == out.size());
@@ -193,7 +203,8 @@ std::string tls_stream(const std::vector<Record>& all, fc_u64 conn_id, fc_u8 dir
 
 fc_u64 conn_by_ports(const Collector& col, pid_t pid, std::uint16_t local, std::uint16_t peer) {
   for (const auto& r : col.of(pid, FC_EVENT_CONNECT))
-    if (r.conn.origin != FC_ORIGIN_PROC_SCAN && r.conn.local_port == local && r.conn.peer_port == peer)
+    if (r.conn.origin != FC_ORIGIN_PROC_SCAN && r.conn.local_port == local &&
+        r.conn.peer_port == peer)
       return r.common.conn_id;
   return 0;
 }
@@ -207,7 +218,8 @@ void run_pair(Variant variant, bool gnutls, bool skip_gnutls) {
                                .variant = variant};
   if (skip_gnutls) options.tls_skip = {"gnutls"};
   Collector col(options);
-  Child target([&](Child& c) { return gnutls ? gnutls_scenario(c, certs) : openssl_scenario(c, certs); });
+  Child target(
+      [&](Child& c) { return gnutls ? gnutls_scenario(c, certs) : openssl_scenario(c, certs); });
   target.go();
   const auto client_port = static_cast<std::uint16_t>(target.receive());
   const auto listen_port = static_cast<std::uint16_t>(target.receive());
@@ -221,8 +233,10 @@ void run_pair(Variant variant, bool gnutls, bool skip_gnutls) {
     INFO(lib.path << " " << lib.flavour << " " << lib.error);
     CHECK(lib.error.empty());
     if (lib.flavour == (gnutls ? "gnutls" : "openssl")) {
-      if (lib.skipped) skipped = true;
-      else hooked = !lib.functions.empty();
+      if (lib.skipped)
+        skipped = true;
+      else
+        hooked = !lib.functions.empty();
     }
   }
   CHECK(hooked == !skip_gnutls);
@@ -264,7 +278,8 @@ void run_pair(Variant variant, bool gnutls, bool skip_gnutls) {
   CHECK((tls_stream(col.records, server, FC_DIR_SEND, lib) == kResponse));
   CHECK((tls_stream(col.records, client, FC_DIR_RECV, lib) == kResponse));
   // Ciphertext of these connections never reaches the handler.
-  for (const auto& r : col.of(target.pid(), FC_EVENT_DATA)) CHECK((r.common.flags & FC_FLAG_TLS_CIPHERTEXT) == 0);
+  for (const auto& r : col.of(target.pid(), FC_EVENT_DATA))
+    CHECK((r.common.flags & FC_FLAG_TLS_CIPHERTEXT) == 0);
   CHECK(status.ciphertext_suppressed > 0);
   CHECK(status.totals.tls_events >= 4);
   CHECK(status.totals.drops == 0);
@@ -297,7 +312,10 @@ struct HeldRelay {
       u.sin_family = AF_INET;
       u.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
       u.sin_port = htons(upstream_port);
-      if (connect(up, reinterpret_cast<sockaddr*>(&u), sizeof(u)) != 0) { close(down); return; }
+      if (connect(up, reinterpret_cast<sockaddr*>(&u), sizeof(u)) != 0) {
+        close(down);
+        return;
+      }
       pollfd fds[2] = {{down, POLLIN, 0}, {up, POLLIN, 0}};
       char buf[65536];
       for (;;) {
@@ -360,11 +378,21 @@ std::uint16_t free_port() {
 
 }  // namespace
 
-TEST_CASE("OpenSSL pair: plaintext both ways, bound to its connections, sock tracepoints") { run_pair(Variant::kSockTracepoints, false, false); }
-TEST_CASE("OpenSSL pair: plaintext both ways, syscall tracepoints") { run_pair(Variant::kSyscallTracepoints, false, false); }
-TEST_CASE("GnuTLS pair: plaintext both ways, sock tracepoints") { run_pair(Variant::kSockTracepoints, true, false); }
-TEST_CASE("GnuTLS pair: plaintext both ways, syscall tracepoints") { run_pair(Variant::kSyscallTracepoints, true, false); }
-TEST_CASE("GnuTLS skipped by configuration: no uprobes, ciphertext delivered") { run_pair(Variant::kSockTracepoints, true, true); }
+TEST_CASE("OpenSSL pair: plaintext both ways, bound to its connections, sock tracepoints") {
+  run_pair(Variant::kSockTracepoints, false, false);
+}
+TEST_CASE("OpenSSL pair: plaintext both ways, syscall tracepoints") {
+  run_pair(Variant::kSyscallTracepoints, false, false);
+}
+TEST_CASE("GnuTLS pair: plaintext both ways, sock tracepoints") {
+  run_pair(Variant::kSockTracepoints, true, false);
+}
+TEST_CASE("GnuTLS pair: plaintext both ways, syscall tracepoints") {
+  run_pair(Variant::kSyscallTracepoints, true, false);
+}
+TEST_CASE("GnuTLS skipped by configuration: no uprobes, ciphertext delivered") {
+  run_pair(Variant::kSockTracepoints, true, true);
+}
 
 // The server is gnutls-serv --http (GnuTLS), the client curl (OpenSSL): both libraries at once.
 // (`openssl s_server -WWW` would not do: it reads through OpenSSL's SSL BIO, which calls the
@@ -405,7 +433,8 @@ TEST_CASE("curl over https against gnutls-serv --http: both sides see the same p
   REQUIRE(out_fd >= 0);
   close(out_fd);
   Child curl([&](Child&) {
-    execlp("curl", "curl", "-sS", "-k", "--http1.1", "-o", out_path, url.c_str(), static_cast<char*>(nullptr));
+    execlp("curl", "curl", "-sS", "-k", "--http1.1", "-o", out_path, url.c_str(),
+           static_cast<char*>(nullptr));
     return 127;
   });
   curl.go();
@@ -433,7 +462,9 @@ TEST_CASE("curl over https against gnutls-serv --http: both sides see the same p
   auto stream = [&](pid_t pid, fc_u8 dir) {
     std::vector<Record> evs = col.of(pid, FC_EVENT_TLS_DATA);
     std::erase_if(evs, [&](const Record& r) { return r.data.direction != dir; });
-    std::sort(evs.begin(), evs.end(), [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
+    std::sort(evs.begin(), evs.end(), [](const Record& a, const Record& b) {
+      return a.data.stream_pos < b.data.stream_pos;
+    });
     std::string s;
     for (const auto& e : evs) {
       CHECK(e.data.stream_pos == s.size());

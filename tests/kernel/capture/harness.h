@@ -153,6 +153,8 @@ inline bool alive(pid_t pid) {
   return waitpid(pid, &status, WNOHANG) == 0;
 }
 
-inline const char* variant_label(capture::Variant v) { return capture::variant_name(v); }
+inline const char* variant_label(capture::Variant v) {
+  return capture::variant_name(v);
+}
 
 }  // namespace fc::capture_test
