@@ -417,7 +417,10 @@ struct Decoder::Impl {
 
   void request_done(Connection& c, Exchange* ex) {
     ex->request_time_ns = now_ns;
-    if (ex->api_key == api::kFetch && ex->body_decoded) apply_fetch_request(c, ex->fetch);
+    if (ex->api_key == api::kFetch && ex->body_decoded) {
+      apply_fetch_request(c, ex->fetch);
+      resolve_topic_names(ex->fetch);
+    }
     sink.on_request(*ex);
     if (c.in_flight.size() >= options.max_in_flight) {
       // Give up on the oldest quarter at once, so a connection whose responses are never seen
