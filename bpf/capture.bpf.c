@@ -576,6 +576,9 @@ static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 
     if (!st) return 0;
   } else if (st->ignored) {
     return 0;
+  } else if (st->fd < 0 && fd >= 0) { /* first seen without an fd (io_uring): learn it now */
+    st->fd = fd;
+    st->generation = next_generation(pid_tgid >> 32, fd, cookie);
   }
   emit_data(st, t, pid_tgid, key, src, arg_buf, arg_cnt, (__u32)ret, direction);
   return 0;
