@@ -536,3 +536,72 @@ TEST_CASE("fd reuse gives a new generation, sock tracepoints") {
 TEST_CASE("fd reuse gives a new generation, syscall tracepoints") {
   run_reuse(Variant::kSyscallTracepoints);
 }
+
+namespace {
+
+// A per-connection rule set from userspace after the connection was seen takes effect on its
+// next call: here role "ignore" (counted, never copied), then a 10-byte cap.
+int policy_scenario(Child& self) {
+  Loopback lb;
+  if (!open_loopback(AF_INET, lb)) return 10;
+  const std::string msg = pattern(500, 9);
+  for (int round = 0; round < 3; ++round) {
+    if (write(lb.client, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size())) return 11;
+    std::string got(msg.size(), '\0');
+    if (!wait_inq(lb.server, msg.size()) || read(lb.server, got.data(), got.size()) != 500)
+      return 12;
+    self.report(lb.client_port);
+    self.wait_parent();
+  }
+  return 0;
+}
+
+void run_policy(Variant variant) {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  Collector col({.ring_bytes_per_cpu = 1 << 20, .default_policy = kDefault, .variant = variant});
+  Child target(policy_scenario);
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  const auto client_port = static_cast<std::uint16_t>(target.receive());
+  col.drain(3);
+  fc_u64 client = 0;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_CONNECT))
+    if (r.conn.local_port == client_port) client = r.common.conn_id;
+  REQUIRE(client != 0);
+  REQUIRE(col.capture->set_connection_policy(client, {4096, 4096, FC_ROLE_IGNORE}).ok());
+  target.nod();
+  target.receive();
+  REQUIRE(col.capture->set_connection_policy(client, {10, 10, FC_ROLE_OBJECT_STORE}).ok());
+  target.nod();
+  target.receive();
+  col.drain(3);
+  target.nod();
+  CHECK(target.wait() == 0);
+  col.capture->clear_connection_policy(client);
+
+  std::vector<Record> sends;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_DATA))
+    if (r.common.conn_id == client && r.data.direction == FC_DIR_SEND) sends.push_back(r);
+  REQUIRE(sends.size() == 3);
+  std::sort(sends.begin(), sends.end(),
+            [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
+  CHECK(sends[0].common.role == FC_ROLE_OTHER);
+  CHECK(sends[0].data.captured == 500);
+  CHECK(sends[1].common.role == FC_ROLE_IGNORE);
+  CHECK(sends[1].data.captured == 0);
+  CHECK(sends[1].data.length == 500);
+  CHECK(sends[1].data.stream_pos == 500);
+  CHECK(sends[2].common.role == FC_ROLE_OBJECT_STORE);
+  CHECK(sends[2].data.captured == 10);
+  CHECK((sends[2].payload == pattern(500, 9).substr(0, 10)));
+}
+
+}  // namespace
+
+TEST_CASE("per-connection policy takes effect, sock tracepoints") {
+  run_policy(Variant::kSockTracepoints);
+}
+TEST_CASE("per-connection policy takes effect, syscall tracepoints") {
+  run_policy(Variant::kSyscallTracepoints);
+}
