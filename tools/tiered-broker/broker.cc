@@ -430,6 +430,7 @@ class Broker {
   int port() const { return port_; }
   int tls_port() const { return tls_port_; }
   nlohmann::json stats();
+  nlohmann::json groups();
   void handle(Request& r);
   void handle_guarded(Request& r);
   int16_t advertised_max(const ApiRange& a) const {
@@ -893,6 +894,23 @@ void Broker::handle_guarded(Request& r) {
 void Broker::remote_loop(int n) {
   name_thread("remote-log-reader" + std::to_string(n));
   while (auto task = remote_tasks_.pop()) (*task)();
+}
+
+nlohmann::json Broker::groups() {
+  static const char* states[] = {"Empty", "PreparingRebalance", "CompletingRebalance", "Stable"};
+  std::lock_guard lock(groups_mu_);
+  nlohmann::json out = nlohmann::json::object();
+  for (auto& [id, g] : groups_) {
+    nlohmann::json members = nlohmann::json::array(), offsets = nlohmann::json::object();
+    for (auto& [mid, m] : g.members)
+      members.push_back({{"member_id", mid}, {"client_id", m.client_id}});
+    for (auto& [key, value] : g.offsets)
+      offsets[key.first + "/" + std::to_string(key.second)] = value.first;
+    out[id] = {{"state", states[g.state]}, {"generation", g.generation},
+               {"protocol", g.protocol},   {"leader", g.leader},
+               {"members", members},       {"committed_offsets", offsets}};
+  }
+  return out;
 }
 
 nlohmann::json Broker::stats() {
@@ -1982,6 +2000,9 @@ int broker_tls_port(Broker* b) {
 }
 nlohmann::json broker_stats(Broker* b) {
   return b->stats();
+}
+nlohmann::json broker_groups(Broker* b) {
+  return b->groups();
 }
 
 }  // namespace tb

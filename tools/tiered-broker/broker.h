@@ -51,5 +51,6 @@ void notify_appended(Broker* b);  // records were appended: wake fetches waiting
 int broker_port(Broker* b);
 int broker_tls_port(Broker* b);
 nlohmann::json broker_stats(Broker* b);
+nlohmann::json broker_groups(Broker* b);  // members, generation, committed offsets
 
 }  // namespace tb

@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   app.add_option("--advertised-host", bc.advertised_host, "host name given to clients in Metadata")
       ->capture_default_str();
   app.add_option("--admin-listen", admin_listen,
-                 "HTTP admin HOST:PORT: GET /ledger[?gets=1], /topics, /stats, /healthz")
+                 "HTTP admin HOST:PORT: GET /ledger[?gets=1], /topics, /groups, /stats, /healthz")
       ->capture_default_str();
   app.add_option("--log-dirs", log_dir, "log directory (topic dirs in it are recreated)")
       ->required();
@@ -203,6 +203,9 @@ int main(int argc, char** argv) {
   });
   admin.Get("/stats", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(tb::broker_stats(broker.get()).dump(2), "application/json");
+  });
+  admin.Get("/groups", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(tb::broker_groups(broker.get()).dump(2), "application/json");
   });
   admin.Get("/topics", [&](const httplib::Request&, httplib::Response& res) {
     nlohmann::json topics = nlohmann::json::array();

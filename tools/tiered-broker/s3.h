@@ -43,7 +43,7 @@ class S3Client {
  private:
   S3Response request(const std::string& method, const std::string& key,
                      const std::string& extra_headers, const std::string& body);
-  std::unique_ptr<S3Connection> take_connection(std::string* error);
+  std::unique_ptr<S3Connection> take_connection(std::string* error, bool fresh);
   void give_back(std::unique_ptr<S3Connection> c);
 
   S3Config config_;

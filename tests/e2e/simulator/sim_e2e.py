@@ -232,6 +232,88 @@ def test_scenario(world_args):
     reconcile(world)
 
 
+def test_groups(world_args):
+    """Two-member consumer groups with each client's own group implementation."""
+    parts, seeded = 4, 400
+    world = scenario.World(tmpdir(), topics=[f"scan:{parts}:{seeded}:{VALUE_SIZE}"],
+                           produce_interval_ms=0, chunk_size=32 * 1024, segment_bytes=64 * 1024,
+                           group_initial_delay_ms=2000, **world_args)
+    with world:
+        for client in ["kcat", "python", "kafkajs", "platformatic"]:
+            group = f"{client}-pair"
+            members = []
+            for i in (1, 2):
+                cid = f"{client}-member-{i}"
+                if client == "kcat":
+                    argv = ["kcat", "-q", "-u", "-b", world.bootstrap, "-G", group, "-X",
+                            f"client.id={cid}", "-X", "auto.offset.reset=earliest",
+                            "-f", "%t %p %o %k %s\\n", "scan"]
+                elif client == "python":
+                    argv = [scenario.CONSUME_PY, "--bootstrap", world.bootstrap, "--topic", "scan",
+                            "--client-id", cid, "--group", group, "--forever",
+                            "--value-size", str(VALUE_SIZE)]
+                else:
+                    argv = ["node", scenario.CONSUME_MJS, "--lib", client, "--bootstrap",
+                            world.bootstrap, "--topic", "scan", "--client-id", cid, "--group",
+                            group, "--forever", "--value-size", str(VALUE_SIZE)]
+                # Output to a file, not a pipe: kcat prints every message and would block.
+                out = open(world.path(f"{cid}.out"), "w")
+                members.append((subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL),
+                                out))
+            deadline = time.time() + 60
+            state = {}
+            while time.time() < deadline:
+                time.sleep(0.5)
+                state = world.admin("/groups").get(group, {})
+                committed = state.get("committed_offsets", {})
+                if (len(state.get("members", [])) == 2 and state.get("state") == "Stable" and
+                        all(committed.get(f"scan/{p}") == seeded for p in range(parts))):
+                    break
+            check(len(state.get("members", [])) == 2 and state.get("state") == "Stable",
+                  f"{client}: the group {group} is Stable with 2 members "
+                  f"(generation {state.get('generation')}, protocol {state.get('protocol')})")
+            check(all(state["committed_offsets"].get(f"scan/{p}") == seeded for p in range(parts)),
+                  f"{client}: the group committed the end of every partition")
+            seen, ok_members, per_member = {}, 0, []
+            for m, out_file in members:
+                m.terminate()
+                m.wait(timeout=20)
+                out_file.close()
+                with open(out_file.name) as f:
+                    out = f.read()
+                if client == "kcat":
+                    mine = set()
+                    bad = 0
+                    for line in out.splitlines():
+                        t, p, o, k, v = line.split(" ", 4)
+                        p, o = int(p), int(o)
+                        bad += k != f"{t}/{p}/{o}" or v != expected_value(t, p, o)
+                        seen.setdefault(p, set()).add(o)
+                        mine.add(p)
+                    ok_members += bad == 0
+                    per_member.append(sorted(mine))
+                else:
+                    summary = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+                    ok_members += summary["ok"]
+                    mine = set()
+                    for key, v in summary["partitions"].items():
+                        p = int(key.split("/")[1])
+                        seen.setdefault(p, set()).update(range(int(v["first"]),
+                                                               int(v["last"]) + 1))
+                        mine.add(p)
+                    per_member.append(sorted(mine))
+            check(ok_members == 2, f"{client}: both members' messages are all correct")
+            check(all(per_member) and not set(per_member[0]) & set(per_member[1]),
+                  f"{client}: the partitions were split between the members {per_member}")
+            check(all(seen.get(p) == set(range(seeded)) for p in range(parts)),
+                  f"{client}: together the members delivered every offset of every partition")
+        groups = world.admin("/ledger")["client_groups"]
+        check(all(groups.get(f"{c}-member-{i}") == f"{c}-pair"
+                  for c in ["kcat", "python", "kafkajs", "platformatic"] for i in (1, 2)),
+              "the ledger knows every member's group")
+    reconcile(world)
+
+
 def test_storage_error(world_args):
     world = scenario.World(tmpdir(), topics=["scan:1:1500:1000"], produce_interval_ms=0,
                            **world_args)
@@ -415,7 +497,7 @@ def main():
     c.add_argument("--client", required=True, choices=["kcat", "python", "kafkajs", "platformatic"])
     c.add_argument("--transport", required=True, choices=["http", "openssl", "gnutls"])
     for name in ["scenario", "storage-error", "tls-listener", "remote-fetch-modes",
-                 "fetch-sessions", "fetch-versions"]:
+                 "fetch-sessions", "fetch-versions", "groups"]:
         sub.add_parser(name)
     a = ap.parse_args()
     world_args = {"broker_bin": a.broker}
@@ -428,7 +510,8 @@ def main():
              "tls-listener": test_tls_listener,
              "remote-fetch-modes": test_remote_fetch_modes,
              "fetch-sessions": test_fetch_sessions,
-             "fetch-versions": test_fetch_versions}[a.test](world_args)
+             "fetch-versions": test_fetch_versions,
+             "groups": test_groups}[a.test](world_args)
         ok = True
     except (Failure, RuntimeError, subprocess.TimeoutExpired) as e:
         print(f"FAIL: {e}", file=sys.stderr)
