@@ -1,17 +1,23 @@
 #include "log.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "records.h"
 
@@ -77,7 +83,66 @@ std::string encode_index(const Segment& s) {
 
 }  // namespace
 
-LogStore::LogStore(LogConfig config, S3Client* s3) : config_(std::move(config)), s3_(s3) {}
+// The ForkJoinPool stand-in: GETs run here and the calling remote-log-reader waits for them.
+class GetPool {
+ public:
+  explicit GetPool(int threads) {
+    for (int i = 0; i < threads; ++i)
+      threads_.emplace_back([this, i] {
+        std::string name = "ForkJoinPool-1-worker-" + std::to_string(i + 1);
+        prctl(PR_SET_NAME, name.c_str(), 0, 0, 0);
+        while (true) {
+          std::function<void()> task;
+          {
+            std::unique_lock lock(mu_);
+            cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+            if (tasks_.empty()) return;
+            task = std::move(tasks_.front());
+            tasks_.pop_front();
+          }
+          task();
+        }
+      });
+  }
+  ~GetPool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  template <typename F>
+  auto run(F fn) {
+    std::packaged_task<decltype(fn())()> task(std::move(fn));
+    auto result = task.get_future();
+    {
+      std::lock_guard lock(mu_);
+      tasks_.emplace_back([&task] { task(); });
+    }
+    cv_.notify_one();
+    return result.get();  // `task` outlives the call: we wait here
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+LogStore::LogStore(LogConfig config, S3Client* s3) : config_(std::move(config)), s3_(s3) {
+  if (config_.get_pool_threads > 0) get_pool_ = std::make_unique<GetPool>(config_.get_pool_threads);
+}
+
+LogStore::~LogStore() = default;
+
+S3Response LogStore::s3_get(const std::string& key,
+                            std::optional<std::pair<uint64_t, uint64_t>> range) {
+  if (!get_pool_) return s3_->get(key, range);
+  return get_pool_->run([&] { return s3_->get(key, range); });
+}
 
 Topic* LogStore::topic(const std::string& name) {
   for (auto& t : topics_)
@@ -258,7 +323,7 @@ ReadResult LogStore::read_remote(Topic&, Partition& p, int64_t offset, uint64_t 
     std::lock_guard lock(s->index_mu);
     if (!s->index_loaded) {
       std::string key = s->object_base + ".rsm-manifest";
-      S3Response m = s3_->get(key, std::nullopt);
+      S3Response m = s3_get(key, std::nullopt);
       RemoteGet g{"manifest", key, m.status, m.ok() ? m.body.size() : 0, m.seconds};
       if (!m.ok()) return fail(g, m.error);
       r.gets.push_back(g);
@@ -274,7 +339,7 @@ ReadResult LogStore::read_remote(Topic&, Partition& p, int64_t offset, uint64_t 
         return r;
       }
       key = s->object_base + ".indexes";
-      S3Response ix = s3_->get(key, std::nullopt);
+      S3Response ix = s3_get(key, std::nullopt);
       g = RemoteGet{"indexes", key, ix.status, ix.ok() ? ix.body.size() : 0, ix.seconds};
       if (!ix.ok()) return fail(g, ix.error);
       r.gets.push_back(g);
@@ -304,7 +369,7 @@ ReadResult LogStore::read_remote(Topic&, Partition& p, int64_t offset, uint64_t 
   for (uint64_t c = c0; c <= c1; ++c) {
     uint64_t a = c * chunk, b = std::min(s->size, (c + 1) * chunk) - 1;
     std::string key = s->object_base + ".log";
-    S3Response g = s3_->get(key, std::make_pair(a, b));
+    S3Response g = s3_get(key, std::make_pair(a, b));
     RemoteGet rg{"chunk", key, g.status, g.ok() ? g.body.size() : 0, g.seconds};
     if (!g.ok()) return fail(rg, g.error);
     r.gets.push_back(rg);

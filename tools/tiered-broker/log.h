@@ -30,6 +30,9 @@ struct LogConfig {
   uint64_t segment_bytes = 256 * 1024;
   int local_segments = 2;         // local retention: segments kept on disk (incl. the active one)
   uint64_t chunk_size = 4 << 20;  // Aiven chunk size: one ranged GET per chunk
+  // Aiven's chunk cache runs the GETs on a ForkJoinPool while the remote-log-reader waits:
+  // > 0 moves every GET to a pool of that many "ForkJoinPool-1-worker-N" threads.
+  int get_pool_threads = 0;
 };
 
 struct Batch {
@@ -95,6 +98,7 @@ struct ReadResult {
 class LogStore {
  public:
   LogStore(LogConfig config, S3Client* s3);
+  ~LogStore();
   // Writes every segment, uploads the closed ones and deletes uploaded segments beyond local
   // retention. Returns an error message, empty on success.
   std::string seed();
@@ -117,7 +121,10 @@ class LogStore {
   Segment* find_segment(Partition& p, int64_t offset);
 
   LogConfig config_;
+  S3Response s3_get(const std::string& key, std::optional<std::pair<uint64_t, uint64_t>> range);
+
   S3Client* s3_;
+  std::unique_ptr<class GetPool> get_pool_;
   std::vector<std::unique_ptr<Topic>> topics_;
 };
 

@@ -104,6 +104,11 @@ int main(int argc, char** argv) {
                  "http | openssl | gnutls (gnutls stands in for an opaque JVM TLS stack)")
       ->check(CLI::IsMember({"http", "openssl", "gnutls"}))
       ->capture_default_str();
+  app.add_option(
+         "--chunk-pool-threads", lc.get_pool_threads,
+         "run the S3 GETs on a pool of ForkJoinPool-1-worker-N threads (Aiven's chunk cache) "
+         "instead of on the remote-log-reader threads (0: off)")
+      ->capture_default_str();
   app.add_option("--network-threads", bc.network_threads, "network (epoll) threads")
       ->capture_default_str();
   app.add_option("--handler-threads", bc.handler_threads, "request handler threads")

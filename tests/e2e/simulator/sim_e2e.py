@@ -365,6 +365,17 @@ def test_remote_fetch_modes(world_args):
             check(world.admin("/stats")["remote_reads"] - before == want_with_records,
                   "remote reads started match")
         reconcile(world)
+    world = scenario.World(tmpdir(), topics=[TOPIC], produce_interval_ms=0, chunk_size=32 * 1024,
+                           segment_bytes=96 * 1024,
+                           extra_broker_args=["--chunk-pool-threads", "2"], **world_args)
+    with world:
+        pid = world.broker.pid
+        names = [open(f"/proc/{pid}/task/{t}/comm").read().strip()
+                 for t in os.listdir(f"/proc/{pid}/task")]
+        check(names.count("ForkJoinPool-1-") == 2,
+              "--chunk-pool-threads: GETs run on ForkJoinPool-1-worker-N threads")
+        consume(world, "kcat", "kcat-chunk-pool", "earliest", PARTITIONS * SEEDED)
+    reconcile(world)
     world = scenario.World(tmpdir(), topics=["scan:1:1000:1000"], produce_interval_ms=0,
                            extra_broker_args=["--remote-fetch-max-wait-ms", "0"], **world_args)
     with world:
