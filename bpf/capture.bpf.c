@@ -147,23 +147,12 @@ static __always_inline struct event_buf* scratch_buf(void) {
   return bpf_map_lookup_elem(&scratch, &cpu);
 }
 
-/* A TLS call in progress on a thread (uprobe entry -> uretprobe). */
-struct tls_call {
-  __u64 obj;      /* SSL* / gnutls_session_t */
-  __u64 buf;
-  __u64 len_ptr;  /* size_t* of SSL_read_ex/SSL_write_ex */
-  __u64 conn_key; /* socket touched by the library during this call */
-  __u8 direction;
-  __u8 ex;
-  __u8 int_ret;
-  __u8 lib;
-  __u32 pad;
-};
+/* A TLS call in progress on a thread (uprobe entry -> uretprobe), key tid. */
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
   __uint(max_entries, 16384);
   __type(key, __u32);
-  __type(value, struct tls_call);
+  __type(value, struct fc_tls_call);
 } tls_calls SEC(".maps");
 
 /* A TLS session: its socket and its plaintext stream positions. */
@@ -474,7 +463,7 @@ static __always_inline void emit_data(struct conn_state* st, const struct fc_tar
   /* A TLS library call in progress on this thread owns this socket. */
   if (tls_hooks) {
     __u32 tid = (__u32)pid_tgid;
-    struct tls_call* call = bpf_map_lookup_elem(&tls_calls, &tid);
+    struct fc_tls_call* call = bpf_map_lookup_elem(&tls_calls, &tid);
     if (call) {
       call->conn_key = conn_key;
       st->tls = 1;
@@ -781,15 +770,18 @@ static __always_inline int tls_enter(__u64 obj, __u64 buf, __u64 len_ptr, __u8 d
   __u64 pid_tgid = bpf_get_current_pid_tgid();
   if (!target_of(pid_tgid >> 32)) return 0;
   __u32 tid = (__u32)pid_tgid;
-  struct tls_call call = {.obj = obj,
+  struct fc_tls_call call = {.obj = obj,
                           .buf = buf,
                           .len_ptr = len_ptr,
                           .direction = direction,
                           .ex = ex,
                           .int_ret = int_ret,
-                          .lib = lib};
-  /* BPF_NOEXIST: an outer call (e.g. a wrapper calling SSL_write) keeps ownership. */
-  bpf_map_update_elem(&tls_calls, &tid, &call, BPF_NOEXIST);
+                          .lib = lib,
+                          .tgid = pid_tgid >> 32};
+  /* BPF_ANY: a call whose return was never seen (uprobes detached mid-call) must not shadow
+   * this one; if one entry point ever calls another, the inner call reports and the outer one
+   * finds no entry, so the bytes are reported once. */
+  bpf_map_update_elem(&tls_calls, &tid, &call, BPF_ANY);
   return 0;
 }
 
@@ -824,9 +816,9 @@ int BPF_KRETPROBE(tls_exit, long rc) {
   struct fc_target* t = target_of(pid_tgid >> 32);
   if (!t) return 0;
   __u32 tid = (__u32)pid_tgid;
-  struct tls_call* cp = bpf_map_lookup_elem(&tls_calls, &tid);
+  struct fc_tls_call* cp = bpf_map_lookup_elem(&tls_calls, &tid);
   if (!cp) return 0;
-  struct tls_call call = *cp;
+  struct fc_tls_call call = *cp;
   bpf_map_delete_elem(&tls_calls, &tid);
 
   __u64 n = 0;

@@ -180,6 +180,21 @@ struct fc_port_key {
 };
 FC_STATIC_ASSERT(sizeof(struct fc_port_key) == 4, "fc_port_key layout changed");
 
+/* Map `tls_calls` value (key: tid): a TLS library call between its uprobe and its uretprobe.
+ * Userspace only reads it, to forget the calls of a target it stops watching. */
+struct fc_tls_call {
+  fc_u64 obj;      /* SSL* / gnutls_session_t */
+  fc_u64 buf;
+  fc_u64 len_ptr;  /* size_t* of SSL_read_ex/SSL_write_ex */
+  fc_u64 conn_key; /* socket the library touched during this call */
+  fc_u8 direction;
+  fc_u8 ex;
+  fc_u8 int_ret;
+  fc_u8 lib;
+  fc_u32 tgid;
+};
+FC_STATIC_ASSERT(sizeof(struct fc_tls_call) == 40, "fc_tls_call layout changed");
+
 /* Per-CPU self counters, indexed by enum fc_counter in a per-CPU array. */
 enum fc_counter {
   FC_COUNTER_EVENTS = 0, /* records written into a ring buffer */

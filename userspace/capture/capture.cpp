@@ -331,6 +331,18 @@ void Capture::remove_target(pid_t tgid) {
   if (it == impl_->targets.end()) return;
   __atomic_sub_fetch(&impl_->skel->bss->tls_hooks, it->second.tls_hooks, __ATOMIC_SEQ_CST);
   impl_->targets.erase(it);  // detaches its uprobes
+  // TLS calls in flight when the uprobes went away never return through them: forget them.
+  const int calls_fd = bpf_map__fd(impl_->skel->maps.tls_calls);
+  std::vector<__u32> stale;
+  __u32 tid = 0, next = 0;
+  bool first = true;
+  while (bpf_map_get_next_key(calls_fd, first ? nullptr : &tid, &next) == 0) {
+    first = false;
+    tid = next;
+    fc_tls_call call{};
+    if (bpf_map_lookup_elem(calls_fd, &tid, &call) == 0 && call.tgid == key) stale.push_back(tid);
+  }
+  for (__u32 t : stale) bpf_map_delete_elem(calls_fd, &t);
 }
 
 std::vector<pid_t> Capture::targets() const {
