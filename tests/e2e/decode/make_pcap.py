@@ -2,6 +2,8 @@
 """Captures real Kafka client traffic on loopback into tests/e2e/decode/kafka_clients.pcap.
 
 A small scripted broker (responses encoded by python3-kafka's kafka.protocol) answers:
+  0. kcat (librdkafka): ApiVersions v3 (answered in the v0 layout with UNSUPPORTED_VERSION, as
+     a broker does), ApiVersions v0, Metadata v4, Fetch v11,
   1. python3-kafka's KafkaConsumer (its own network client: ApiVersions, Metadata, Fetch),
   2. python3-kafka's BrokerConnection sending consumer-group requests, Produce and pipelined
      Fetch v4–v11 (the versions tshark 4.0 decodes fully),
@@ -205,6 +207,12 @@ class Broker(socketserver.BaseRequestHandler):
         return b"", False
 
 
+def kcat_consumer():
+    subprocess.run(["kcat", "-C", "-b", "127.0.0.1:%d" % PORT, "-t", "orders", "-p", "1",
+                    "-o", "4000", "-c", "6", "-q", "-X", "client.id=kcat-reader"],
+                   check=True, timeout=30, stdout=subprocess.DEVNULL)
+
+
 def python_consumer():
     consumer = KafkaConsumer(bootstrap_servers="127.0.0.1:%d" % PORT, client_id="py-analytics",
                              api_version=(2, 1, 0), enable_auto_commit=False, fetch_max_wait_ms=100)
@@ -311,6 +319,7 @@ def main():
                            stderr=subprocess.DEVNULL)
     time.sleep(1.5)
     try:
+        kcat_consumer()
         python_consumer()
         python_raw_client()
         node_client()
