@@ -6,7 +6,9 @@
 #include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -58,7 +60,8 @@ class S3Connection {
         n = SSL_write(ssl_, data.data() + done, int(data.size() - done));
       } else if (gnutls_) {
         n = gnutls_record_send(gnutls_, data.data() + done, data.size() - done);
-        if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) continue;
+        if (n == GNUTLS_E_INTERRUPTED) continue;
+        if (n == GNUTLS_E_AGAIN && wait_for(POLLOUT)) continue;
       } else {
         n = ::send(fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR) continue;
@@ -75,7 +78,9 @@ class S3Connection {
         r = SSL_read(ssl_, buf, int(n));
       } else if (gnutls_) {
         r = gnutls_record_recv(gnutls_, buf, n);
-        if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED) continue;
+        if (r == GNUTLS_E_INTERRUPTED) continue;
+        // E_AGAIN also follows records without data (TLS 1.3 session tickets): wait, bounded.
+        if (r == GNUTLS_E_AGAIN && wait_for(POLLIN)) continue;
         if (r == GNUTLS_E_PREMATURE_TERMINATION) r = 0;
       } else {
         r = ::read(fd_, buf, n);
@@ -83,6 +88,11 @@ class S3Connection {
       }
       return r;
     }
+  }
+  // True when the socket becomes ready within the I/O timeout.
+  bool wait_for(short events) {
+    pollfd p{fd_, events, 0};
+    return poll(&p, 1, 30000) > 0;
   }
   // Buffered reads over read_some.
   bool read_line(std::string* line) {
@@ -180,6 +190,10 @@ std::unique_ptr<S3Connection> S3Client::take_connection(std::string* error, bool
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  // A hung endpoint must not hang a reader (or shutdown) forever: it becomes a failed GET.
+  timeval timeout{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
   auto c = std::make_unique<S3Connection>(fd, config_.transport);
   if (!c->handshake(tls_ctx_, config_.host, error)) return nullptr;
   return c;
