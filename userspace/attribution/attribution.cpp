@@ -26,6 +26,7 @@ struct PendingFetch {
   std::string client_id;
   std::string peer;
   std::uint64_t request_ns = 0;
+  std::uint64_t closed_ns = 0;  // the client connection closed at this time (0: open)
   std::vector<PendingPartition> parts;
   std::vector<std::uint32_t> reader_threads;  // threads tied to this fetch
 };
@@ -64,6 +65,7 @@ struct Attributor::Impl {
   };
   std::unordered_map<std::uint32_t, Affinity> by_thread;
   std::unordered_map<std::uint64_t, std::string> peers;
+  std::uint64_t latest_ns = 0;  // the newest time seen in any input
 
   Impl(Sink& s, const LocalTier* t, Options o) : sink(s), tier(t), options(o) {}
 
@@ -297,25 +299,46 @@ void Attributor::set_peer(std::uint64_t connection, std::string_view peer) {
 
 void Attributor::on_request(const kafka::Exchange& request) {
   if (request.api_key != kafka::api::kFetch || !request.body_decoded) return;
+  impl_->latest_ns = std::max(impl_->latest_ns, request.request_time_ns);
   if (impl_->find(request.connection, request.correlation_id) != impl_->fetches.end()) return;
   impl_->track(request);
 }
 
 void Attributor::on_exchange(const kafka::Exchange& exchange) {
   if (exchange.api_key != kafka::api::kFetch) return;
+  impl_->latest_ns = std::max(impl_->latest_ns, exchange.request_time_ns);
   FetchIt fetch = impl_->find(exchange.connection, exchange.correlation_id);
-  if (fetch != impl_->fetches.end()) impl_->finish(fetch, &exchange);
+  if (fetch == impl_->fetches.end()) return;
+  if (exchange.response_seen) {
+    impl_->finish(fetch, &exchange);
+  } else if (fetch->closed_ns == 0) {
+    // Unanswered (the client left, or the response was lost): the broker may still be reading
+    // for it, so it stays matchable for the grace period.
+    fetch->closed_ns = std::max<std::uint64_t>(impl_->latest_ns, 1);
+  }
 }
 
-void Attributor::on_object_read(const ObjectRead& read) { impl_->on_read(read); }
+void Attributor::on_object_read(const ObjectRead& read) {
+  impl_->latest_ns = std::max(impl_->latest_ns, read.end_ns);
+  impl_->on_read(read);
+}
 
-void Attributor::close_connection(std::uint64_t connection) {
-  for (auto it = impl_->fetches.begin(); it != impl_->fetches.end();) {
-    auto next = std::next(it);
-    if (it->connection == connection) impl_->finish(it, nullptr);
-    it = next;
+void Attributor::close_connection(std::uint64_t connection, std::uint64_t now_ns) {
+  for (auto& fetch : impl_->fetches) {
+    if (fetch.connection == connection && fetch.closed_ns == 0) fetch.closed_ns = std::max<std::uint64_t>(now_ns, 1);
   }
   impl_->peers.erase(connection);
+}
+
+void Attributor::expire(std::uint64_t now_ns) {
+  const auto& o = impl_->options;
+  for (auto it = impl_->fetches.begin(); it != impl_->fetches.end();) {
+    auto next = std::next(it);
+    const bool closed_long_ago = it->closed_ns != 0 && now_ns > it->closed_ns + o.closed_grace_ns;
+    const bool stale = now_ns > it->request_ns + o.max_pending_ns;
+    if (closed_long_ago || stale) impl_->finish(it, nullptr);
+    it = next;
+  }
 }
 
 const Counters& Attributor::counters() const { return impl_->counters; }

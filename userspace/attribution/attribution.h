@@ -108,6 +108,8 @@ struct Options {
   std::size_t max_pending = 100'000;  // pending fetches kept across all connections
   // When no LocalTier knows a partition, treat it as possibly remote (an exact GET can prove it).
   bool unknown_partitions_possibly_remote = true;
+  std::uint64_t closed_grace_ns = 30'000'000'000ull;
+  std::uint64_t max_pending_ns = 300'000'000'000ull;
 };
 
 class Attributor {
@@ -122,7 +124,12 @@ class Attributor {
   void on_request(const kafka::Exchange& request);
   void on_exchange(const kafka::Exchange& exchange);
   void on_object_read(const ObjectRead& read);
-  void close_connection(std::uint64_t connection);
+  // The client went away. Its pending fetches stay matchable for Options::closed_grace_ns: the
+  // broker finishes a remote read it started even when nobody will receive the answer.
+  void close_connection(std::uint64_t connection, std::uint64_t now_ns);
+  // Finishes fetches whose client closed more than closed_grace_ns ago, and fetches pending
+  // longer than max_pending_ns (their response was lost).
+  void expire(std::uint64_t now_ns);
 
   const Counters& counters() const;
   std::size_t pending() const;

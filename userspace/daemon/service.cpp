@@ -1,6 +1,7 @@
 #include "daemon/service.h"
 
 #include <algorithm>
+#include <ctime>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -285,7 +286,9 @@ int Service::port() const { return impl_->port; }
 void Service::shutdown() {
   std::lock_guard lock(impl_->mutex);
   impl_->release(~0ull);
-  impl_->pipe->finish(~0ull >> 2);
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  impl_->pipe->finish(static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec));
   (void)impl_->ledger->save();
 }
 

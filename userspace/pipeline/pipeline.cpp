@@ -323,7 +323,7 @@ void Pipeline::close(std::uint64_t connection, std::uint64_t time_ns) {
   Impl::Conn& conn = it->second;
   if (conn.role == Role::kKafka) {
     impl_->decoder.close(connection, time_ns);
-    impl_->attributor.close_connection(connection);
+    impl_->attributor.close_connection(connection, time_ns);
   }
   if (conn.http) conn.http->close(time_ns);
   if (conn.tls) conn.tls->close();
@@ -334,6 +334,7 @@ void Pipeline::tick(std::uint64_t now_ns) {
   impl_->now_ns = std::max(impl_->now_ns, now_ns);
   impl_->decoder.close_gaps(now_ns);
   impl_->decoder.expire(now_ns);
+  impl_->attributor.expire(now_ns);
   for (auto& [id, conn] : impl_->conns)
     if (conn.tls) conn.tls->flush_if_idle(now_ns, 50'000'000);
   impl_->sensors.expire_idle(now_ns);
@@ -344,6 +345,7 @@ void Pipeline::finish(std::uint64_t time_ns) {
   for (const auto& [id, conn] : impl_->conns) ids.push_back(id);
   for (std::uint64_t id : ids) close(id, time_ns);
   impl_->decoder.close_all(time_ns);
+  impl_->attributor.expire(~0ull);
 }
 
 const attribution::Counters& Pipeline::attribution_counters() const {

@@ -212,10 +212,17 @@ TEST_CASE("closing a connection finishes its fetches; followers are never tracke
   CHECK(attributor.pending() == 0);
   attributor.on_request(fetch(6, 1, "c", 100, {{"t", 0, 0}}));
   attributor.on_object_read(get(41, 200, 250, "t", 0, 0, 10));
-  attributor.close_connection(6);
+  attributor.close_connection(6, 1000);
+  // The broker may still be reading for the departed client: its GETs stay the client's.
+  attributor.on_object_read(get(41, 1100, 1200, "t", 0, 0, 5));
+  CHECK(sink.bytes_by_client()["c"] == 15);
+  attributor.expire(1000 + 29'000'000'000ull);
+  CHECK(attributor.pending() == 1);
+  attributor.expire(1000 + 31'000'000'000ull);
   CHECK(attributor.pending() == 0);
   REQUIRE(sink.done.size() == 1);
   CHECK_FALSE(sink.done[0].response_seen);
+  CHECK(sink.done[0].object_reads == 2);
 }
 
 TEST_CASE("a fetch naming its topic by id (v13+) takes the name from the tier map or the key") {
@@ -247,4 +254,15 @@ TEST_CASE("a fetch naming its topic by id (v13+) takes the name from the tier ma
     CHECK(sink.reads[0].client == "v13-client");
     CHECK(sink.reads[0].topic == (with_tier ? "named-by-tier" : "named-by-key"));
   }
+}
+
+TEST_CASE("an unanswered fetch (client gone) keeps its GETs for the grace period") {
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  auto f = fetch(7, 3, "leaver", 100, {{"t", 1, 1040}});
+  attributor.on_request(f);
+  attributor.on_exchange(f);  // emitted by the decoder on close: response_seen == false
+  CHECK(attributor.pending() == 1);
+  attributor.on_object_read(get(41, 200, 250, "t", 1, 1040, 65536));
+  CHECK(sink.bytes_by_client()["leaver"] == 65536);
 }

@@ -1,0 +1,243 @@
+#!/usr/bin/python3
+"""End-to-end: fetchcostd (real BPF on the real kernel) watching tiered-broker while the four real
+clients consume through s3rver; fetchcostd's per-client figures are checked against the
+simulator's own ledger (which tools/scenario reconciles with s3rver's request log).
+
+  exact transports (http, openssl): bytes, GETs and errors per (client_id, topic) are equal;
+  opaque (gnutls, not hooked):      >= 95% of GET bytes on the right client, the rest under
+                                    __unattributed__, no bytes on a client without remote reads.
+With --prometheus, a real Prometheus server scrapes fetchcostd and evaluates docs/promql.md's
+queries; their values must agree with the ledger.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from importlib.machinery import SourceFileLoader
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+scenario = SourceFileLoader("scenario", os.path.join(REPO, "tools", "scenario")).load_module()
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.load(r)
+
+
+def wait_http(url, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except Exception:
+            time.sleep(0.2)
+    fail(f"{url} did not answer within {timeout} s")
+
+
+def per_client(sensors):
+    out = {}
+    for s in sensors:
+        k = (s["client_id"], s["topic"])
+        b, r, e = out.get(k, (0, 0, 0))
+        out[k] = (b + s["bytes"], r + s["requests"], e + s["errors"])
+    return out
+
+
+def start_prometheus(workdir, target):
+    port = free_port()
+    cfg = os.path.join(workdir, "prometheus.yml")
+    with open(cfg, "w") as f:
+        f.write("global:\n  scrape_interval: 1s\nscrape_configs:\n"
+                f"  - job_name: fetchcost\n    static_configs:\n      - targets: ['{target}']\n")
+    proc = subprocess.Popen(["prometheus", f"--config.file={cfg}",
+                             f"--storage.tsdb.path={os.path.join(workdir, 'tsdb')}",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "prometheus.log"), "w"),
+                            start_new_session=True)
+    wait_http(f"http://127.0.0.1:{port}/-/ready", 60)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def promql(base, query):
+    url = base + "/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    doc = get_json(url)
+    if doc["status"] != "success":
+        fail(f"PromQL {query!r}: {doc}")
+    return {r["metric"].get("client_id", ""): float(r["value"][1]) for r in doc["data"]["result"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fetchcostd", required=True)
+    ap.add_argument("--broker", required=True)
+    ap.add_argument("--transport", default="http", choices=["http", "openssl", "gnutls"])
+    ap.add_argument("--seconds", type=float, default=15)
+    ap.add_argument("--prometheus", action="store_true")
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            fail("this test loads BPF programs and needs root (CI=true: no skipping)")
+        print("SKIP: needs root")
+        sys.exit(77)
+
+    workdir = tempfile.mkdtemp(prefix=f"fc-e2e-{args.transport}-")
+    world = scenario.World(workdir, broker_bin=args.broker, s3_transport=args.transport)
+    fc = prom = None
+    try:
+        world.start()
+        info = world.info
+        port = free_port()
+        config = {
+            "listen": f"127.0.0.1:{port}",
+            "targets": {"pids": [info["broker"]["pid"]]},
+            "kafka_ports": [int(info["broker"]["bootstrap"].rsplit(":", 1)[1])],
+            "object_store": {"ports": [info["s3"]["port"]]},
+            "log_dirs": [info["broker"]["log_dirs"]] if not os.environ.get("NO_TIER") else [],
+            "state_dir": os.path.join(workdir, "state"),
+            "audit_log": {"path": os.path.join(workdir, "audit.jsonl")},
+            "price_table": "aws-s3-standard-internet",
+        }
+        if args.transport == "gnutls":  # GnuTLS stands in for a JVM's TLS: not hooked, opaque
+            config["capture"] = {"tls_libraries": ["openssl"]}
+        with open(os.path.join(workdir, "fetchcost.json"), "w") as f:
+            json.dump(config, f)
+        fc = subprocess.Popen([args.fetchcostd, "--config", os.path.join(workdir, "fetchcost.json")],
+                              stdout=subprocess.DEVNULL,
+                              stderr=open(os.path.join(workdir, "fetchcostd.log"), "w"))
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/readyz", timeout=1):
+                    break
+            except Exception:
+                if fc.poll() is not None or time.time() > deadline:
+                    fail("fetchcostd did not become ready: " +
+                         open(os.path.join(workdir, "fetchcostd.log")).read()[-2000:])
+                time.sleep(0.2)
+        if args.prometheus:
+            prom, prom_base = start_prometheus(workdir, f"127.0.0.1:{port}")
+
+        world.start_tenants()
+        time.sleep(args.seconds)
+        for name, proc, log in list(world.procs):  # stop the tenants, keep broker and s3rver
+            if proc not in (world.broker, world.s3):
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        time.sleep(3)  # the broker answers what was in flight; fetchcostd settles
+        if args.prometheus:
+            # One more replay once Prometheus holds the series, so rate()/increase() over the
+            # window see the counters grow (reads between two scrapes of a new series do not).
+            scenario.kcat_consume(world.bootstrap, "scan", "scanner-kcat", "beginning", 1000)
+            time.sleep(3)
+
+        ledger = world.admin("/ledger")
+        if args.keep:
+            with open(os.path.join(workdir, "ledger-gets.json"), "w") as f:
+                json.dump(world.admin("/ledger?gets=1"), f, indent=1)
+        truth = {(e["client_id"], e["topic"]): (e["bytes"], e["gets"], e["errors"])
+                 for e in ledger["entries"]}
+        seen = per_client(get_json(base + "/api/v1/clients")["sensors"])
+        print("ledger  ", json.dumps({f"{c}/{t}": v for (c, t), v in sorted(truth.items())}))
+        print("fetchcost", json.dumps({f"{c}/{t}": v for (c, t), v in sorted(seen.items())}))
+        if not truth or sum(v[0] for v in truth.values()) == 0:
+            fail("the scenario made no remote reads: nothing was tested")
+
+        total_bytes = sum(v[0] for v in truth.values())
+        if args.transport in ("http", "openssl"):
+            if seen != truth:
+                fail("per-client bytes/GETs/errors differ from the simulator's ledger")
+        else:
+            right = 0
+            for key, (b, r, e) in seen.items():
+                if key[0] == "__unattributed__":
+                    continue
+                if key not in truth:
+                    fail(f"{key} got {b} bytes but made no remote read")
+                right += min(b, truth[key][0])
+            share = right / total_bytes
+            seen_total = sum(v[0] for v in seen.values())
+            print(f"opaque: {share:.1%} of GET bytes on the right client; fetchcost total "
+                  f"{seen_total} vs ledger {total_bytes}")
+            if share < 0.95:
+                fail(f"only {share:.1%} of GET bytes attributed to the right client (need 95%)")
+
+        if args.prometheus:
+            time.sleep(3)  # two more scrapes
+            by_client = promql(prom_base, "sum by (client_id) (kafka_server_remote_fetch_bytes_total)")
+            want = {}
+            for (c, t), (b, r, e) in truth.items():
+                want[c] = want.get(c, 0) + b
+            for c, b in want.items():
+                if by_client.get(c) != b:
+                    fail(f"PromQL bytes for {c}: {by_client.get(c)} != ledger {b}")
+            # The KIP's queries. increase()/rate() need two samples of a series, so a client
+            # whose reads all fell between two scrapes shows 0 there; the scanner replays all run.
+            window = promql(prom_base, "sum by (client_id) (increase(kafka_server_remote_fetch_bytes_total[10m]))")
+            per_req = promql(prom_base, "sum by (client_id) (kafka_server_remote_fetch_bytes_total) / "
+                                        "sum by (client_id) (kafka_server_remote_fetch_requests_total)")
+            hourly = promql(prom_base, "sum by (client_id) (rate(fetchcost_remote_fetch_cost_total[10m])) * 3600")
+            for c, b in want.items():
+                gets = sum(v[1] for (cc, t), v in truth.items() if cc == c)
+                if not (0 <= window.get(c, 0) <= 1.5 * b):
+                    fail(f"increase() for {c}: {window.get(c)} vs ledger total {b}")
+                if gets and abs(per_req.get(c, 0) - b / gets) > 1e-6 * b / gets:
+                    fail(f"bytes per GET for {c}: {per_req.get(c)} vs ledger {b / gets}")
+                if hourly.get(c, 0) < 0:
+                    fail(f"negative hourly cost for {c}")
+            if window.get("scanner-kcat", 0) <= 0 or hourly.get("scanner-kcat", 0) <= 0:
+                fail(f"the scanner's window increase / hourly cost is not positive: {window} {hourly}")
+            print("prometheus: bytes by client, increase over a window, bytes per GET and hourly "
+                  "cost agree with the ledger")
+
+        metrics = urllib.request.urlopen(base + "/metrics").read().decode()
+        for name in ("kafka_server_remote_fetch_bytes_total", "kafka_server_remote_fetch_requests_total",
+                     "kafka_server_remote_fetch_latency_seconds_bucket", "fetchcost_remote_fetch_cost_total",
+                     "fetchcost_client_group_info", "fetchcost_ring_drops_total"):
+            if name not in metrics:
+                fail(f"{name} missing from /metrics")
+        print("PASS")
+    finally:
+        if fc and fc.poll() is None:
+            fc.send_signal(signal.SIGTERM)
+            try:
+                fc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                fc.kill()
+        if prom:
+            os.killpg(prom.pid, signal.SIGTERM)
+            prom.wait()
+        world.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print("kept", workdir)
+
+
+if __name__ == "__main__":
+    main()
