@@ -22,7 +22,7 @@ void ByteStream::add_borrowed(std::uint64_t position, std::uint64_t length,
     ++stats_.pieces;
     borrowed_ = captured.data();
     borrowed_pos_ = position;
-    runs_.push_back(Run{end_, captured.size(), kBorrowed, false});
+    push_run(end_, captured.size(), kBorrowed, false);
     end_ += captured.size();
     stats_.bytes_captured += captured.size();
     if (length > captured.size()) append_hole(length - captured.size());
@@ -94,7 +94,7 @@ void ByteStream::append(std::uint64_t length, std::span<const std::uint8_t> capt
         last->buf_offset + last->length == buf_.size()) {
       last->length += captured.size();
     } else {
-      runs_.push_back(Run{end_, captured.size(), buf_.size(), false});
+      push_run(end_, captured.size(), buf_.size(), false);
     }
     buf_.insert(buf_.end(), captured.begin(), captured.end());
     end_ += captured.size();
@@ -108,7 +108,7 @@ void ByteStream::append_hole(std::uint64_t length) {
   if (last && last->hole) {
     last->length += length;
   } else {
-    runs_.push_back(Run{end_, length, 0, true});
+    push_run(end_, length, 0, true);
   }
   end_ += length;
   stats_.bytes_hole += length;

@@ -97,6 +97,14 @@ class ByteStream {
   void drain_pending();
   void enforce_out_of_order_limits();
   void trim_front();
+  // Fields written in place: a Run built on the stack and copied in stalls on store forwarding.
+  void push_run(std::uint64_t begin, std::uint64_t length, std::size_t buf_offset, bool hole) {
+    Run& run = runs_.emplace_back();
+    run.begin = begin;
+    run.length = length;
+    run.buf_offset = buf_offset;
+    run.hole = hole;
+  }
   const std::uint8_t* run_data(const Run& run) const {
     return run.buf_offset == kBorrowed ? borrowed_ + (run.begin - borrowed_pos_)
                                        : buf_.data() + run.buf_offset;
