@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <ctime>
 #include <set>
+#include <thread>
 #include <string>
 
 #include "capture/capture.h"
@@ -21,9 +22,9 @@
 namespace {
 
 std::atomic<bool> g_stop{false};
-void on_signal(int) {
-  g_stop = true;
-}
+std::atomic<bool> g_reload{false};
+void on_signal(int) { g_stop = true; }
+void on_hangup(int) { g_reload = true; }
 
 std::uint64_t monotonic_ns() {
   timespec ts{};
@@ -168,7 +169,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "fetchcostd: serving /metrics and /api/v1 on %s (port %d)\n",
                config.listen.c_str(), (*service)->port());
 
-  auto capture = fc::capture::Capture::open(options, [&](const fc::capture::EventView& ev) {
+  auto on_event = [&](const fc::capture::EventView& ev) {
     ++seen;
     (*service)->on_event(ev);
     if (!print_events) return;
@@ -191,13 +192,26 @@ int main(int argc, char** argv) {
                   endpoint(k.family, k.peer_addr, k.peer_port).c_str());
     }
     std::fflush(stdout);
-  });
-  if (!capture) {
-    std::fprintf(stderr, "fetchcostd: %s\n", capture.error().message.c_str());
-    return 2;
-  }
+  };
 
+  // Attribution off means probes detached: the Capture object owns every BPF link, so closing
+  // it detaches everything; turning attribution on again loads and attaches anew.
+  std::unique_ptr<fc::capture::Capture> capture;
   std::set<pid_t> watched;
+  auto open_capture = [&]() -> bool {
+    auto opened = fc::capture::Capture::open(options, on_event);
+    if (!opened) {
+      std::fprintf(stderr, "fetchcostd: %s\n", opened.error().message.c_str());
+      return false;
+    }
+    capture = std::move(*opened);
+    watched.clear();
+    std::fprintf(stderr, "fetchcostd: BPF programs (%s) attached on %d CPUs\n",
+                 fc::capture::variant_name(capture->variant()), capture->cpu_count());
+    return true;
+  };
+  if ((*service)->attribution_enabled() && !open_capture()) return 2;
+
   auto refresh_targets = [&] {
     std::vector<pid_t> wanted(pids.begin(), pids.end());
     if (pids.empty())
@@ -205,7 +219,7 @@ int main(int argc, char** argv) {
                               : fc::daemon::find_processes_by_cgroup(cgroup);
     for (pid_t pid : wanted) {
       if (watched.count(pid) || !fc::daemon::process_alive(pid)) continue;
-      auto r = (*capture)->add_target(pid);
+      auto r = capture->add_target(pid);
       if (!r) {
         std::fprintf(stderr, "fetchcostd: %s\n", r.error().message.c_str());
         continue;
@@ -220,7 +234,7 @@ int main(int argc, char** argv) {
         ++it;
         continue;
       }
-      (*capture)->remove_target(*it);
+      capture->remove_target(*it);
       std::fprintf(stderr, "fetchcostd: pid %d exited\n", *it);
       it = watched.erase(it);
     }
@@ -228,8 +242,7 @@ int main(int argc, char** argv) {
 
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
-  std::fprintf(stderr, "fetchcostd: BPF programs (%s) attached on %d CPUs\n",
-               fc::capture::variant_name((*capture)->variant()), (*capture)->cpu_count());
+  signal(SIGHUP, on_hangup);
   if (std::getenv("FETCHCOSTD_READY_FILE")) {
     if (FILE* f = std::fopen(std::getenv("FETCHCOSTD_READY_FILE"), "w")) std::fclose(f);
   }
@@ -238,31 +251,70 @@ int main(int argc, char** argv) {
   auto last_scan = start - std::chrono::hours(1);
   auto last_status = start;
   bool first_scan = true;
+  fc::capture::Counters totals;  // kept across detach/attach for the final line
   while (!g_stop) {
+    if (g_reload.exchange(false)) {
+      if (config_path.empty()) {
+        std::fprintf(stderr, "fetchcostd: SIGHUP ignored: started without --config\n");
+      } else if (auto reloaded = fc::daemon::load_config(config_path); !reloaded) {
+        (*service)->count_config_error();
+        std::fprintf(stderr, "fetchcostd: config reload refused, running config kept: %s\n",
+                     reloaded.error().message.c_str());
+      } else if (auto applied = (*service)->reload(*reloaded); !applied) {
+        std::fprintf(stderr, "fetchcostd: config reload refused, running config kept: %s\n",
+                     applied.error().message.c_str());
+      } else {
+        std::fprintf(stderr, "fetchcostd: config reloaded (attribution %s)\n",
+                     reloaded->attribution_enabled ? "on" : "off");
+      }
+    }
+    const bool enabled = (*service)->attribution_enabled();
+    if (enabled && !capture) {
+      if (!open_capture()) return 1;
+      last_scan = start - std::chrono::hours(1);
+    } else if (!enabled && capture) {
+      (void)capture->poll(0);
+      const auto t = capture->totals();
+      totals.events += t.events;
+      totals.drops += t.drops;
+      capture.reset();
+      watched.clear();
+      (*service)->set_capture_status({});
+      std::fprintf(stderr, "fetchcostd: attribution off: probes detached\n");
+    }
     const auto now = std::chrono::steady_clock::now();
+    if (duration_s > 0 && now - start >= std::chrono::duration<double>(duration_s)) break;
+    if (!capture) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      (*service)->tick(monotonic_ns());
+      continue;
+    }
     if (now - last_scan >= std::chrono::seconds(1)) {
       refresh_targets();
       last_scan = now;
-      (*service)->set_capture_status((*capture)->status());
-      if (first_scan && print_status) print_capture_status((*capture)->status());
+      (*service)->set_capture_status(capture->status());
+      if (first_scan && print_status) print_capture_status(capture->status());
       first_scan = false;
     }
     if (status_interval_s > 0 &&
         now - last_status >= std::chrono::duration<double>(status_interval_s)) {
-      print_capture_status((*capture)->status());
+      print_capture_status(capture->status());
       last_status = now;
     }
-    if (duration_s > 0 && now - start >= std::chrono::duration<double>(duration_s)) break;
-    if (auto r = (*capture)->poll(100); !r) {
+    if (auto r = capture->poll(100); !r) {
       std::fprintf(stderr, "fetchcostd: %s\n", r.error().message.c_str());
       return 1;
     }
     (*service)->tick(monotonic_ns());
   }
-  (void)(*capture)->poll(0);
-  (*service)->set_capture_status((*capture)->status());
+  if (capture) {
+    (void)capture->poll(0);
+    (*service)->set_capture_status(capture->status());
+    const auto t = capture->totals();
+    totals.events += t.events;
+    totals.drops += t.drops;
+  }
   (*service)->shutdown();
-  const auto totals = (*capture)->totals();
   std::fprintf(stderr, "fetchcostd: %llu events handled, %llu in kernel, %llu dropped\n",
                static_cast<unsigned long long>(seen),
                static_cast<unsigned long long>(totals.events),

@@ -1,12 +1,24 @@
 #include "daemon/service.h"
 
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <ctime>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <ctime>
+#include <limits>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
 #include <vector>
+
+#include "daemon/budget.h"
 
 #include "export/export.h"
 #include "pipeline/capture_feed.h"
@@ -18,6 +30,119 @@ namespace {
 
 constexpr std::uint64_t kReorderWindowNs = 5'000'000;  // records older than this are settled
 constexpr std::uint64_t kLedgerSaveIntervalNs = 10'000'000'000;
+constexpr std::uint64_t kBudgetIntervalNs = 1'000'000'000;
+constexpr int kMaxActionsInFlight = 4;  // beyond this, actions are skipped (and counted)
+constexpr const char* kVersion = "0.1.0";
+
+extern "C" char** environ;
+
+// Budget actions (a command or a webhook) run on their own detached threads: a slow hook must
+// never hold the pipeline. The counters outlive the service (shared with the threads).
+struct ActionCounters {
+  std::atomic<int> in_flight{0};
+  std::atomic<std::uint64_t> ok{0};
+  std::atomic<std::uint64_t> failed{0};
+  std::atomic<std::uint64_t> skipped{0};
+};
+
+void run_command(const std::string& command, const std::vector<std::string>& extra_env,
+                 ActionCounters& counters) {
+  // Everything the child needs is built before fork(): only async-signal-safe calls after it.
+  std::vector<std::string> env_strings(extra_env);
+  for (char** e = environ; e && *e; ++e) env_strings.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+  const pid_t pid = fork();
+  if (pid < 0) {
+    ++counters.failed;
+    return;
+  }
+  if (pid == 0) {
+    execve("/bin/sh", const_cast<char**>(argv), envp.data());
+    _exit(127);
+  }
+  int status = 0;
+  for (int waited_ms = 0;; waited_ms += 50) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (waited_ms >= 30'000) {  // a hung hook is killed, not waited for forever
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ++counters.failed;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) ++counters.ok;
+  else ++counters.failed;
+}
+
+void post_webhook(const std::string& url, const std::string& body, ActionCounters& counters) {
+  // url is http://host[:port][/path] (validated by the config).
+  const std::string rest = url.substr(7);
+  const auto slash = rest.find('/');
+  const std::string host_port = rest.substr(0, slash);
+  const std::string path = slash == std::string::npos ? "/" : rest.substr(slash);
+  httplib::Client client("http://" + host_port);
+  client.set_connection_timeout(2);
+  client.set_read_timeout(5);
+  client.set_write_timeout(5);
+  auto res = client.Post(path, body, "application/json");
+  if (res && res->status >= 200 && res->status < 300) ++counters.ok;
+  else ++counters.failed;
+}
+
+std::string escape_label(std::string_view v) {
+  std::string out;
+  for (char ch : v) {
+    if (ch == '\\' || ch == '"') out.push_back('\\');
+    if (ch == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(ch);
+  }
+  return out;
+}
+
+nlohmann::json config_json(const Config& c) {
+  nlohmann::json limits = nlohmann::json::array();
+  for (const auto& l : c.budgets.limits) {
+    nlohmann::json item{{"per_hour", l.per_hour}};
+    if (!l.client_id.empty()) item["client_id"] = l.client_id;
+    else item["group_id"] = l.group_id;
+    limits.push_back(item);
+  }
+  return {{"listen", c.listen},
+          {"targets", {{"pids", c.pids}, {"cmdline_match", c.cmdline_match}, {"cgroup", c.cgroup}}},
+          {"kafka_ports", c.kafka_ports},
+          {"object_store",
+           {{"ports", c.object_store_ports},
+            {"key_layout", c.key_layout},
+            {"virtual_host_suffixes", c.virtual_host_suffixes}}},
+          {"log_dirs", c.log_dirs},
+          {"price_table", c.price_table},
+          {"sensors",
+           {{"max_sensors", c.max_sensors},
+            {"idle_expiry_seconds", c.idle_expiry_seconds},
+            {"partition_label", c.partition_label}}},
+          {"state_dir", c.state_dir},
+          {"audit_log",
+           {{"path", c.audit_log_path}, {"max_bytes", c.audit_log_max_bytes}, {"keep", c.audit_log_keep}}},
+          {"capture",
+           {{"ring_kib_per_cpu", c.ring_kib_per_cpu},
+            {"capture_bytes", c.capture_bytes},
+            {"tls_libraries", c.tls_libraries}}},
+          {"attribution_enabled", c.attribution_enabled},
+          {"budgets",
+           {{"limits", limits},
+            {"window_seconds", c.budgets.window_seconds},
+            {"repeat_seconds", c.budgets.repeat_seconds},
+            {"command", c.budgets.command},
+            {"webhook", c.budgets.webhook}}}};
+}
 
 // An owned copy of one capture record (the ring buffer slot is reused after the callback).
 struct HeldRecord {
@@ -69,19 +194,114 @@ struct Service::Impl {
   std::atomic<bool> enabled{true};
   capture::Status capture_status;
   std::uint64_t events = 0;
+  BudgetTracker budgets;
+  std::uint64_t last_budget_ns = 0;
+  std::shared_ptr<ActionCounters> actions = std::make_shared<ActionCounters>();
+  std::uint64_t config_errors = 0;
 
   explicit Impl(const Config& c)
       : config(c),
         sensors(sensors::Config{.max_sensors = c.max_sensors,
                                 .idle_expiry = std::chrono::nanoseconds(
                                     static_cast<std::int64_t>(c.idle_expiry_seconds * 1e9)),
-                                .partition_label = c.partition_label}) {}
+                                .partition_label = c.partition_label}),
+        budgets(c.budgets) {}
+
+  // Cumulative cost per client and per group, for the budgets.
+  void evaluate_budgets(std::uint64_t now_ns) {
+    if (config.budgets.limits.empty()) return;
+    std::map<std::string, std::string> group_of;
+    sensors.for_each_group([&](std::string_view c, std::string_view g) {
+      group_of[std::string(c)] = std::string(g);
+    });
+    std::map<std::string, double> by_client, by_group;
+    sensors.for_each([&](const sensors::SensorView& s) {
+      const double cost = s.counters.cost_api + s.counters.cost_egress;
+      by_client[std::string(s.client_id)] += cost;
+      if (auto g = group_of.find(std::string(s.client_id)); g != group_of.end())
+        by_group[g->second] += cost;
+    });
+    for (const BudgetState& state : budgets.update(static_cast<double>(now_ns) / 1e9, by_client,
+                                                   by_group))
+      start_action(state);
+  }
+
+  void start_action(const BudgetState& state) {
+    const auto& b = config.budgets;
+    if (b.command.empty() && b.webhook.empty()) return;
+    if (actions->in_flight.load() >= kMaxActionsInFlight) {
+      ++actions->skipped;
+      return;
+    }
+    nlohmann::json doc{{"client_id", state.limit.client_id},
+                       {"group_id", state.limit.group_id},
+                       {"budget_per_hour", state.limit.per_hour},
+                       {"cost_per_hour", state.cost_per_hour},
+                       {"currency", currency},
+                       {"window_seconds", b.window_seconds}};
+    std::vector<std::string> env{"FETCHCOST_CLIENT_ID=" + state.limit.client_id,
+                                 "FETCHCOST_GROUP_ID=" + state.limit.group_id,
+                                 "FETCHCOST_BUDGET_PER_HOUR=" + std::to_string(state.limit.per_hour),
+                                 "FETCHCOST_COST_PER_HOUR=" + std::to_string(state.cost_per_hour),
+                                 "FETCHCOST_CURRENCY=" + currency};
+    ++actions->in_flight;
+    std::thread([counters = actions, command = b.command, webhook = b.webhook, env,
+                 body = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)] {
+      if (!command.empty()) run_command(command, env, *counters);
+      if (!webhook.empty()) post_webhook(webhook, body, *counters);
+      --counters->in_flight;
+    }).detach();
+  }
+
+  nlohmann::json budgets_json() {
+    nlohmann::json out = nlohmann::json::array();
+    const auto& states = budgets.states();
+    for (std::size_t i = 0; i < config.budgets.limits.size(); ++i) {
+      const auto& l = config.budgets.limits[i];
+      const double rate = i < states.size() ? states[i].cost_per_hour : 0;
+      const bool exceeded = i < states.size() && states[i].exceeded;
+      out.push_back({{"client_id", l.client_id}, {"group_id", l.group_id},
+                     {"per_hour", l.per_hour}, {"cost_per_hour", rate}, {"exceeded", exceeded}});
+    }
+    return out;
+  }
+
+  std::string budget_metrics() {
+    std::ostringstream out;
+    out << "# HELP fetchcost_budget_exceeded 1 while the cost rate of a client or group is over "
+           "its budget\n# TYPE fetchcost_budget_exceeded gauge\n";
+    const auto& states = budgets.states();
+    auto labels = [](const BudgetLimit& l) {
+      return l.client_id.empty() ? "group_id=\"" + escape_label(l.group_id) + "\""
+                                 : "client_id=\"" + escape_label(l.client_id) + "\"";
+    };
+    for (const auto& s : states)
+      out << "fetchcost_budget_exceeded{" << labels(s.limit) << "} " << (s.exceeded ? 1 : 0) << "\n";
+    out << "# HELP fetchcost_budget_cost_per_hour Cost rate over the budget window (money/hour)\n"
+           "# TYPE fetchcost_budget_cost_per_hour gauge\n";
+    for (const auto& s : states)
+      out << "fetchcost_budget_cost_per_hour{" << labels(s.limit) << ",currency=\""
+          << escape_label(currency) << "\"} " << s.cost_per_hour << "\n";
+    out << "# HELP fetchcost_budget_limit_per_hour The configured budget (money/hour)\n"
+           "# TYPE fetchcost_budget_limit_per_hour gauge\n";
+    for (const auto& s : states)
+      out << "fetchcost_budget_limit_per_hour{" << labels(s.limit) << ",currency=\""
+          << escape_label(currency) << "\"} " << s.limit.per_hour << "\n";
+    out << "# HELP fetchcost_budget_actions_total Budget commands/webhooks run, by result\n"
+           "# TYPE fetchcost_budget_actions_total counter\n"
+        << "fetchcost_budget_actions_total{result=\"ok\"} " << actions->ok.load() << "\n"
+        << "fetchcost_budget_actions_total{result=\"failed\"} " << actions->failed.load() << "\n"
+        << "fetchcost_budget_actions_total{result=\"skipped\"} " << actions->skipped.load()
+        << "\n";
+    return out.str();
+  }
 
   exporter::SelfMetrics self_metrics() {
     exporter::SelfMetrics m;
     m.version = "0.1.0";
     m.attribution_enabled = enabled;
     m.events = events;
+    m.config_errors = config_errors;
     for (const auto& cpu : capture_status.per_cpu) m.ring_drops_per_cpu.push_back(cpu.drops);
     m.probes_attached = capture_status.programs.size();
     for (const auto& t : capture_status.targets)
@@ -117,6 +337,12 @@ struct Service::Impl {
     held.erase(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n));
   }
 
+  // Per-bucket (not cumulative) counts, one per bound in latency_buckets_seconds plus +Inf.
+  nlohmann::json latency_buckets(const sensors::Counters& c) {
+    const std::size_t n = sensors.config().latency_buckets_seconds.size() + 1;
+    return std::vector<std::uint64_t>(c.latency_buckets.begin(), c.latency_buckets.begin() + n);
+  }
+
   nlohmann::json clients_json() {
     nlohmann::json rows = nlohmann::json::array();
     std::map<std::string, std::string> groups;
@@ -138,6 +364,7 @@ struct Service::Impl {
                       {"read_amplification", c.read_amplification()},
                       {"latency_count", c.latency_count},
                       {"latency_sum_seconds", c.latency_sum_seconds},
+                      {"latency_buckets", latency_buckets(c)},
                       {"cost_api", c.cost_api},
                       {"cost_egress", c.cost_egress},
                       {"folded", s.folded}});
@@ -149,7 +376,8 @@ struct Service::Impl {
     http.get("/metrics", [this](const std::string&) {
       std::lock_guard lock(mutex);
       return exporter::HttpResponse{200, "text/plain; version=0.0.4",
-                                    exporter::render_prometheus(sensors, self_metrics(), {currency})};
+                                    exporter::render_prometheus(sensors, self_metrics(), {currency}) +
+                                        budget_metrics()};
     });
     http.get("/healthz", [](const std::string&) {
       return exporter::HttpResponse{200, "text/plain", "ok\n"};
@@ -162,7 +390,10 @@ struct Service::Impl {
     });
     http.get("/api/v1/clients", [this](const std::string&) {
       std::lock_guard lock(mutex);
-      nlohmann::json doc{{"currency", currency}, {"sensors", clients_json()}};
+      nlohmann::json doc{{"currency", currency},
+                         {"latency_buckets_seconds", sensors.config().latency_buckets_seconds},
+                         {"budgets", budgets_json()},
+                         {"sensors", clients_json()}};
       return exporter::HttpResponse{200, "application/json", doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
     });
     http.get("/api/v1/status", [this](const std::string&) {
@@ -188,7 +419,75 @@ struct Service::Impl {
                                     {"unattributed", m.reads_unattributed}}},
                          {"price_table", config.price_table},
                          {"listen", config.listen}};
-      return exporter::HttpResponse{200, "application/json", doc.dump()};
+      doc["version"] = kVersion;
+      doc["currency"] = currency;
+      nlohmann::json programs = nlohmann::json::array();
+      for (const auto& p : capture_status.programs)
+        programs.push_back({{"name", p.name}, {"run_count", p.run_count}});
+      doc["programs"] = programs;
+      doc["probes_attached"] = m.probes_attached;
+      doc["ring_bytes_per_cpu"] = capture_status.ring_bytes_per_cpu;
+      nlohmann::json events_per_cpu = nlohmann::json::array();
+      for (const auto& c : capture_status.per_cpu) events_per_cpu.push_back(c.events);
+      doc["events_per_cpu"] = events_per_cpu;
+      doc["drops"] = capture_status.totals.drops;
+      doc["tls_events"] = capture_status.totals.tls_events;
+      doc["handled_events"] = events;
+      doc["parse_errors"] = m.parse_errors;
+      const auto st = sensors.stats();
+      doc["sensors"] = {{"live", st.live_sensors}, {"other", st.other_sensors},
+                        {"evictions", st.evictions}, {"expirations", st.expirations},
+                        {"approx_memory_bytes", st.approx_memory_bytes}};
+      doc["budgets"] = budgets_json();
+      doc["budget_actions"] = {{"ok", actions->ok.load()}, {"failed", actions->failed.load()},
+                               {"skipped", actions->skipped.load()}};
+      doc["ledger"] = ledger->path();
+      doc["config"] = config_json(config);
+      return exporter::HttpResponse{200, "application/json",
+                                    doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+    });
+    // The newest attributed object reads (metadata only), for top's drill-down.
+    http.get_with_query("/api/v1/recent", [this](const std::map<std::string, std::string>& q) {
+      std::size_t limit = 50;
+      if (auto it = q.find("limit"); it != q.end()) {
+        try {
+          limit = std::min<std::size_t>(std::stoul(it->second), exporter::AuditLog::kRecentCapacity);
+        } catch (const std::exception&) {
+          return exporter::HttpResponse{400, "application/json",
+                                        R"({"error":"limit must be a number, e.g. ?limit=20"})"};
+        }
+      }
+      const auto client = q.count("client") ? q.at("client") : std::string();
+      nlohmann::json rows = nlohmann::json::array();
+      std::lock_guard lock(mutex);
+      for (const auto& r : audit->recent(client, limit))
+        rows.push_back({{"ts_ms", r.unix_ms}, {"client_id", r.client_id}, {"group_id", r.group_id},
+                        {"topic", r.topic}, {"partition", r.partition},
+                        {"object_key", r.object_key}, {"bytes", r.bytes}, {"status", r.status},
+                        {"method", r.method}});
+      nlohmann::json doc{{"capacity", exporter::AuditLog::kRecentCapacity}, {"reads", rows}};
+      return exporter::HttpResponse{200, "application/json",
+                                    doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+    });
+    // Chargeback ledger buckets overlapping [from, to) (unix seconds; hour granularity).
+    http.get_with_query("/api/v1/report", [this](const std::map<std::string, std::string>& q) {
+      std::int64_t from = 0, to = std::numeric_limits<std::int64_t>::max();
+      try {
+        if (q.count("from")) from = std::stoll(q.at("from"));
+        if (q.count("to")) to = std::stoll(q.at("to"));
+      } catch (const std::exception&) {
+        return exporter::HttpResponse{
+            400, "application/json", R"({"error":"from and to are unix seconds, e.g. ?from=1767225600"})"};
+      }
+      nlohmann::json rows = nlohmann::json::array();
+      for (const auto& [k, v] : ledger->query(from, to))
+        rows.push_back({{"hour", k.hour}, {"client_id", k.client_id}, {"group_id", k.group_id},
+                        {"topic", k.topic}, {"method", k.method}, {"bytes", v.bytes},
+                        {"requests", v.requests}, {"errors", v.errors}, {"cost_api", v.cost_api},
+                        {"cost_egress", v.cost_egress}});
+      nlohmann::json doc{{"version", 1}, {"currency", currency}, {"buckets", rows}};
+      return exporter::HttpResponse{200, "application/json",
+                                    doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
     });
     http.post("/api/v1/attribution", [this](const std::string& body) {
       try {
@@ -216,7 +515,8 @@ Result<std::unique_ptr<Service>> Service::create(const Config& config) {
   auto ledger = exporter::Ledger::open(config.state_dir);
   if (!ledger) return ledger.error();
   impl->ledger = std::move(*ledger);
-  if (!config.audit_log_path.empty()) {
+  {
+    // Without a path the audit log only keeps the in-memory ring behind /api/v1/recent.
     auto audit = exporter::AuditLog::open(config.audit_log_path, config.audit_log_max_bytes,
                                           config.audit_log_keep);
     if (!audit) return audit.error();
@@ -269,6 +569,10 @@ void Service::tick(std::uint64_t now_ns) {
   std::lock_guard lock(impl_->mutex);
   impl_->release(now_ns > kReorderWindowNs ? now_ns - kReorderWindowNs : 0);
   impl_->pipe->tick(now_ns);
+  if (now_ns - impl_->last_budget_ns >= kBudgetIntervalNs) {
+    impl_->evaluate_budgets(now_ns);
+    impl_->last_budget_ns = now_ns;
+  }
   if (now_ns - impl_->last_save_ns >= kLedgerSaveIntervalNs) {
     (void)impl_->ledger->save();
     impl_->last_save_ns = now_ns;
@@ -281,6 +585,25 @@ void Service::set_capture_status(const capture::Status& status) {
 }
 
 bool Service::attribution_enabled() const { return impl_->enabled; }
+
+Result<void> Service::reload(const Config& config) {
+  auto prices = cost::load_price_table(config.price_table);
+  if (!prices) {
+    count_config_error();
+    return make_error("price_table: " + prices.error().message);
+  }
+  std::lock_guard lock(impl_->mutex);
+  impl_->currency = prices->currency;
+  impl_->pipe->set_price_table(std::move(*prices));
+  impl_->config.price_table = config.price_table;
+  impl_->enabled = config.attribution_enabled;
+  return {};
+}
+
+void Service::count_config_error() {
+  std::lock_guard lock(impl_->mutex);
+  ++impl_->config_errors;
+}
 int Service::port() const { return impl_->port; }
 
 void Service::shutdown() {

@@ -26,6 +26,11 @@ class Service {
   // Capture status for /api/v1/status and the self-metrics.
   void set_capture_status(const capture::Status& status);
   bool attribution_enabled() const;
+  // Applies a reloaded config: attribution on/off and the price table take effect now; the
+  // rest (listen, sensors, log dirs, capture sizes) needs a restart and is reported as such.
+  // A refused config is counted (fetchcost_config_errors_total) and the running one kept.
+  Result<void> reload(const Config& config);
+  void count_config_error();
   // Flushes everything and saves the ledger.
   void shutdown();
   int port() const;

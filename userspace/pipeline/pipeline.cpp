@@ -78,6 +78,15 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     std::unique_ptr<objstore::TlsCycleEstimator> tls;
   };
   std::unordered_map<std::uint64_t, Conn> conns;
+  // Threads that wrote on opaque object-store connections: true when named like a reader.
+  std::unordered_map<std::uint32_t, bool> opaque_writers;
+
+  bool reader_thread_name(std::string_view name) const {
+    if (name.empty() || config.opaque_reader_threads.empty()) return true;
+    for (const std::string& prefix : config.opaque_reader_threads)
+      if (name.substr(0, prefix.size()) == prefix) return true;
+    return false;
+  }
 
   Impl(const PipelineConfig& c, cost::PriceTable prices, sensors::SensorTable& s,
        const attribution::LocalTier* tier, exporter::Ledger* l, exporter::AuditLog* a,
@@ -177,6 +186,13 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     // Uploads (PUT) and listings are the broker's own work, not reads a client caused.
     if (g.method == objstore::Method::kExact && g.http_method != "GET" && !g.http_method.empty())
       return;
+    if (g.method == objstore::Method::kEstimated) {
+      auto writer = opaque_writers.find(g.thread_id);
+      if (writer != opaque_writers.end() && !writer->second) {
+        ++stats.opaque_cycles_not_reads;
+        return;
+      }
+    }
     ++stats.object_reads;
     attribution::ObjectRead r;
     r.connection = g.connection;
@@ -230,6 +246,7 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
       }
       case Role::kObjectStoreOpaque:
         ++stats.opaque_connections;
+        attributor.expect_estimates();
         conn.tls = std::make_unique<objstore::TlsCycleEstimator>(
             id, objstore::TlsEstimateOptions{}, [this](const objstore::ObjectGet& g) { on_get(g); });
         break;
@@ -257,6 +274,10 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
         const auto dir = p.to_target ? objstore::Direction::kResponse : objstore::Direction::kRequest;
         std::span<const std::uint8_t> first;
         if (!p.captured.empty() && p.captured.front().position == p.position) first = p.captured.front().bytes;
+        if (!p.to_target) {
+          if (opaque_writers.size() > 100'000) opaque_writers.clear();  // thread ids churned
+          opaque_writers[p.thread_id] = reader_thread_name(p.thread_name);
+        }
         conn.tls->on_piece(dir, p.length, first, p.time_ns, p.thread_id);
         break;
       }
@@ -334,9 +355,10 @@ void Pipeline::tick(std::uint64_t now_ns) {
   impl_->now_ns = std::max(impl_->now_ns, now_ns);
   impl_->decoder.close_gaps(now_ns);
   impl_->decoder.expire(now_ns);
-  impl_->attributor.expire(now_ns);
+  // Cycles that went quiet first, so that expire() can settle them with the fetches they belong to.
   for (auto& [id, conn] : impl_->conns)
     if (conn.tls) conn.tls->flush_if_idle(now_ns, 50'000'000);
+  impl_->attributor.expire(now_ns);
   impl_->sensors.expire_idle(now_ns);
 }
 
@@ -346,6 +368,12 @@ void Pipeline::finish(std::uint64_t time_ns) {
   for (std::uint64_t id : ids) close(id, time_ns);
   impl_->decoder.close_all(time_ns);
   impl_->attributor.expire(~0ull);
+}
+
+void Pipeline::set_price_table(cost::PriceTable prices) {
+  cost::CostMeter meter(std::move(prices));
+  (void)meter.add(impl_->meter.period_bytes(), 0);
+  impl_->meter = std::move(meter);
 }
 
 const attribution::Counters& Pipeline::attribution_counters() const {

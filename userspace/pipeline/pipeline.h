@@ -28,6 +28,10 @@ struct PipelineConfig {
   std::vector<std::uint16_t> object_store_ports;  // object-store endpoint ports (peer side)
   std::string key_layout = "aiven";               // "aiven" or "regex:<pattern>"
   std::vector<std::string> virtual_host_suffixes;
+  // On opaque object-store connections only cycles written by threads whose name starts with one
+  // of these count as reads: uploads (PUT of segments, indexes, manifests) run on other threads
+  // and look like GETs from the outside. Kernel thread names are cut at 15 bytes. Empty: all.
+  std::vector<std::string> opaque_reader_threads = {"remote-log-read", "ForkJoinPool"};
 };
 
 enum class Role : std::uint8_t { kUnknown, kKafka, kObjectStoreHttp, kObjectStoreOpaque, kOther };
@@ -58,6 +62,7 @@ struct PipelineStats {
   std::uint64_t object_store_connections = 0;
   std::uint64_t opaque_connections = 0;
   std::uint64_t object_reads = 0;
+  std::uint64_t opaque_cycles_not_reads = 0;  // estimated cycles written by non-reader threads
   std::uint64_t kafka_parse_errors = 0;
   std::uint64_t http_resyncs = 0;
 };
@@ -85,6 +90,10 @@ class Pipeline {
   void tick(std::uint64_t now_ns);
   // End of input: every pending request and read is settled.
   void finish(std::uint64_t time_ns);
+
+  // A new price table from a config reload; the billing period's egress so far carries over
+  // so tiers keep applying to the running total.
+  void set_price_table(cost::PriceTable prices);
 
   const attribution::Counters& attribution_counters() const;
   PipelineStats stats() const;
