@@ -1,6 +1,8 @@
 #include "attribution/attribution.h"
 
+#include <algorithm>
 #include <list>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -18,6 +20,10 @@ struct PendingPartition {
   std::uint64_t first_start_ns = 0;
   std::uint64_t last_end_ns = 0;
   Method method = Method::kExact;
+  // From the response, once seen.
+  bool answered = false;            // the partition was in the response
+  std::uint64_t delivered = 0;      // record bytes the response carried for it
+  bool remote_answer = false;       // records, or a storage error (a failed remote read)
 };
 
 struct PendingFetch {
@@ -27,6 +33,8 @@ struct PendingFetch {
   std::string peer;
   std::uint64_t request_ns = 0;
   std::uint64_t closed_ns = 0;  // the client connection closed at this time (0: open)
+  std::uint64_t answered_ns = 0;  // response sent (kept for estimated reads); 0: not yet
+  bool response_seen = false;
   std::vector<PendingPartition> parts;
   std::vector<std::uint32_t> reader_threads;  // threads tied to this fetch
 };
@@ -39,6 +47,8 @@ std::uint64_t fetch_key(std::uint64_t connection, std::int32_t correlation_id) {
   // correlation id keeps keys unique in practice; collisions are checked on lookup.
   return connection * 1000003ull ^ static_cast<std::uint32_t>(correlation_id);
 }
+
+constexpr std::int16_t kKafkaStorageError = 56;
 
 std::string partition_key(std::string_view topic, std::int32_t partition) {
   std::string key(topic);
@@ -66,6 +76,8 @@ struct Attributor::Impl {
   std::unordered_map<std::uint32_t, Affinity> by_thread;
   std::unordered_map<std::uint64_t, std::string> peers;
   std::uint64_t latest_ns = 0;  // the newest time seen in any input
+  bool retain_answered = false;  // expect_estimates() was called
+  std::vector<ObjectRead> estimates;  // estimated reads not settled yet (no views inside)
 
   Impl(Sink& s, const LocalTier* t, Options o) : sink(s), tier(t), options(o) {}
 
@@ -86,7 +98,7 @@ struct Attributor::Impl {
     return fetches.end();
   }
 
-  void unindex(FetchIt fetch) {
+  void unindex_request(FetchIt fetch) {
     auto [lo, hi] = by_request.equal_range(fetch_key(fetch->connection, fetch->correlation_id));
     for (auto it = lo; it != hi; ++it) {
       if (it->second == fetch) {
@@ -94,6 +106,10 @@ struct Attributor::Impl {
         break;
       }
     }
+  }
+
+  void unindex(FetchIt fetch) {
+    unindex_request(fetch);
     for (const auto& part : fetch->parts) {
       for (const std::string* name : {&part.topic, &part.topic_id}) {
         if (name->empty()) continue;
@@ -109,7 +125,27 @@ struct Attributor::Impl {
     }
   }
 
-  void finish(FetchIt fetch, const kafka::Exchange* response) {
+  // What the response says about each tracked partition.
+  static void record_response(PendingFetch& fetch, const kafka::Exchange& response) {
+    fetch.response_seen = true;
+    const auto& fx = response.fetch;
+    for (auto& part : fetch.parts) {
+      for (const auto& rp : fx.partitions) {
+        if (!rp.in_response || rp.partition != part.partition) continue;
+        if (rp.topic_index >= fx.topics.size()) continue;
+        const auto& t = fx.topics[rp.topic_index];
+        if ((!t.name.empty() && t.name == part.topic) ||
+            (!t.id.is_zero() && t.id.to_base64() == part.topic_id)) {
+          part.answered = true;
+          part.delivered = rp.records_size > 0 ? static_cast<std::uint64_t>(rp.records_size) : 0;
+          part.remote_answer = part.delivered > 0 || rp.error_code == kKafkaStorageError;
+          break;
+        }
+      }
+    }
+  }
+
+  void finish(FetchIt fetch) {
     for (const auto& part : fetch->parts) {
       if (part.reads == 0) continue;
       FetchDone done;
@@ -124,19 +160,9 @@ struct Attributor::Impl {
           part.last_end_ns > part.first_start_ns
               ? static_cast<double>(part.last_end_ns - part.first_start_ns) / 1e9
               : 0.0;
-      if (response && response->response_seen) {
+      if (fetch->response_seen) {
         done.response_seen = true;
-        const auto& fx = response->fetch;
-        for (const auto& rp : fx.partitions) {
-          if (!rp.in_response || rp.partition != part.partition) continue;
-          if (rp.topic_index >= fx.topics.size()) continue;
-          const auto& t = fx.topics[rp.topic_index];
-          if ((!t.name.empty() && t.name == part.topic) ||
-              (!t.id.is_zero() && t.id.to_base64() == part.topic_id)) {
-            done.bytes_delivered = rp.records_size > 0 ? static_cast<std::uint64_t>(rp.records_size) : 0;
-            break;
-          }
-        }
+        done.bytes_delivered = part.delivered;
       }
       sink.on_fetch_done(done);
     }
@@ -171,7 +197,7 @@ struct Attributor::Impl {
 
     if (fetches.size() >= options.max_pending) {
       ++counters.pending_evicted;
-      finish(fetches.begin(), nullptr);
+      finish(fetches.begin());
     }
     fetches.push_back(std::move(fetch));
     FetchIt it = std::prev(fetches.end());
@@ -192,7 +218,9 @@ struct Attributor::Impl {
     };
     if (auto it = by_thread.find(read.thread_id); it != by_thread.end()) {
       const Affinity& a = it->second;
-      if (matches(a.fetch->parts[a.part]) && a.fetch->request_ns <= read.start_ns) return a;
+      if (matches(a.fetch->parts[a.part]) && a.fetch->request_ns <= read.start_ns &&
+          a.fetch->answered_ns == 0)
+        return a;
     }
     const std::vector<FetchIt>* bucket = nullptr;
     for (std::string_view name : {read.topic, read.topic_id}) {
@@ -207,7 +235,7 @@ struct Attributor::Impl {
     std::optional<Affinity> best;
     bool best_idle = false;
     for (FetchIt fetch : *bucket) {  // bucket is in arrival order
-      if (fetch->request_ns > read.start_ns) continue;
+      if (fetch->request_ns > read.start_ns || fetch->answered_ns != 0) continue;
       for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
         const auto& part = fetch->parts[i];
         if (!matches(part)) continue;
@@ -223,30 +251,77 @@ struct Attributor::Impl {
     return best;
   }
 
-  // Estimated reads name no partition: the oldest pending fetch whose request came first.
+  // Whether an estimated read can be `fetch`'s: inside its window, and (once answered) the
+  // response shows the broker read remotely for it. A fetch answered from the local log only, or
+  // with nothing, made no GET (it would otherwise soak up FIFO matches).
+  static bool estimate_window(const PendingFetch& fetch, const ObjectRead& read) {
+    if (fetch.request_ns > read.start_ns) return false;
+    if (fetch.answered_ns != 0 && read.end_ns > fetch.answered_ns) return false;
+    if (!fetch.response_seen) return true;
+    for (const auto& part : fetch.parts)
+      if (part.remote_answer) return true;
+    return false;
+  }
+
+  // The partition a read of `fetch` went to: the one the response filled from the remote tier
+  // (Kafka ≤ 4.1 reads only the first eligible one), else the first eligible in request order.
+  // With several remote partitions (Kafka 4.2), a second reader thread takes the next unread one.
+  static std::size_t estimate_part(const PendingFetch& fetch) {
+    const bool shared = !fetch.reader_threads.empty();
+    std::optional<std::size_t> first;
+    for (std::size_t i = 0; i < fetch.parts.size(); ++i) {
+      const auto& part = fetch.parts[i];
+      if (fetch.response_seen && !part.remote_answer) continue;
+      if (!first) first = i;
+      if (!shared || part.reads == 0) return i;
+    }
+    return first.value_or(0);
+  }
+
+  // Estimated reads name no partition: the fetch the reader thread is serving, else the oldest
+  // fetch in whose window the read lies and that no read went to yet (the reader pool is FIFO).
   std::optional<Affinity> match_estimated(const ObjectRead& read) {
     if (auto it = by_thread.find(read.thread_id); it != by_thread.end()) {
-      if (it->second.fetch->request_ns <= read.start_ns) return it->second;
+      if (estimate_window(*it->second.fetch, read)) return it->second;
     }
-    std::optional<Affinity> busy;
+    std::optional<Affinity> unread_elsewhere, busy;
     for (FetchIt fetch = fetches.begin(); fetch != fetches.end(); ++fetch) {
       if (fetch->request_ns > read.start_ns) break;  // arrival order: the rest came later
-      std::size_t part = 0;
-      for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
-        if (fetch->parts[i].reads == 0) {
-          part = i;
-          break;
-        }
+      if (!estimate_window(*fetch, read)) continue;
+      bool read_before = false;
+      for (const auto& part : fetch->parts) read_before |= part.reads > 0;
+      const Affinity a{fetch, estimate_part(*fetch)};
+      if (!read_before) return a;
+      if (fetch->reader_threads.empty()) {
+        if (!unread_elsewhere) unread_elsewhere = a;
+      } else if (!busy) {
+        busy = a;
       }
-      if (fetch->reader_threads.empty()) return Affinity{fetch, part};
-      if (!busy) busy = Affinity{fetch, part};
     }
-    return busy;
+    return unread_elsewhere ? unread_elsewhere : busy;
+  }
+
+  // Decides held estimated reads that ended at least estimate_settle_ns before `now_ns`, in start
+  // order (cycles of different connections complete out of order).
+  void settle(std::uint64_t now_ns) {
+    if (estimates.empty()) return;
+    std::vector<ObjectRead> ripe;
+    std::erase_if(estimates, [&](const ObjectRead& r) {
+      const bool done = now_ns == ~0ull || r.end_ns + options.estimate_settle_ns <= now_ns;
+      if (done) ripe.push_back(r);
+      return done;
+    });
+    std::stable_sort(ripe.begin(), ripe.end(), [](const ObjectRead& a, const ObjectRead& b) {
+      return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns < b.end_ns;
+    });
+    for (const ObjectRead& r : ripe) on_read(r);
   }
 
   void on_read(const ObjectRead& read) {
     const bool exact = read.method == Method::kExact && !read.topic.empty();
     std::optional<Affinity> match = exact ? match_exact(read) : match_estimated(read);
+    // A read proves a remote partition on a fetch already answered: fine for estimated reads that
+    // ended before the answer (see estimate_window).
 
     Attributed out;
     out.read = &read;
@@ -310,7 +385,17 @@ void Attributor::on_exchange(const kafka::Exchange& exchange) {
   FetchIt fetch = impl_->find(exchange.connection, exchange.correlation_id);
   if (fetch == impl_->fetches.end()) return;
   if (exchange.response_seen) {
-    impl_->finish(fetch, &exchange);
+    impl_->record_response(*fetch, exchange);
+    if (!impl_->retain_answered) {
+      impl_->finish(fetch);
+      return;
+    }
+    // Kept for estimated reads still to come; no longer found by its correlation id (the client
+    // may reuse it) and no longer taking exact reads (DESIGN: response not yet sent).
+    fetch->answered_ns = std::max<std::uint64_t>(
+        exchange.response_start_ns ? exchange.response_start_ns : impl_->latest_ns, 1);
+    impl_->unindex_request(fetch);
+    impl_->settle(impl_->latest_ns);
   } else if (fetch->closed_ns == 0) {
     // Unanswered (the client left, or the response was lost): the broker may still be reading
     // for it, so it stays matchable for the grace period.
@@ -320,8 +405,20 @@ void Attributor::on_exchange(const kafka::Exchange& exchange) {
 
 void Attributor::on_object_read(const ObjectRead& read) {
   impl_->latest_ns = std::max(impl_->latest_ns, read.end_ns);
-  impl_->on_read(read);
+  const bool exact = read.method == Method::kExact && !read.topic.empty();
+  if (exact) {
+    impl_->on_read(read);
+  } else {
+    ObjectRead held = read;  // estimated reads carry no key; drop the views, they do not outlive us
+    held.object_key = held.topic = held.topic_id = {};
+    held.partition = -1;
+    held.segment_base_offset = -1;
+    impl_->estimates.push_back(held);
+  }
+  impl_->settle(impl_->latest_ns);
 }
+
+void Attributor::expect_estimates() { impl_->retain_answered = true; }
 
 void Attributor::close_connection(std::uint64_t connection, std::uint64_t now_ns) {
   for (auto& fetch : impl_->fetches) {
@@ -332,11 +429,14 @@ void Attributor::close_connection(std::uint64_t connection, std::uint64_t now_ns
 
 void Attributor::expire(std::uint64_t now_ns) {
   const auto& o = impl_->options;
+  impl_->settle(now_ns == ~0ull ? now_ns : std::max(now_ns, impl_->latest_ns));
   for (auto it = impl_->fetches.begin(); it != impl_->fetches.end();) {
     auto next = std::next(it);
     const bool closed_long_ago = it->closed_ns != 0 && now_ns > it->closed_ns + o.closed_grace_ns;
+    const bool answered_long_ago =
+        it->answered_ns != 0 && now_ns > it->answered_ns + o.answered_retain_ns;
     const bool stale = now_ns > it->request_ns + o.max_pending_ns;
-    if (closed_long_ago || stale) impl_->finish(it, nullptr);
+    if (closed_long_ago || answered_long_ago || stale) impl_->finish(it);
     it = next;
   }
 }

@@ -13,6 +13,13 @@
 // several candidates: fetches no other thread is reading first, then oldest first (the remote
 // reader pool is a FIFO queue). A partition is remote-eligible when its fetch offset is below
 // the local log start (LocalTier) or when an exact GET proves it.
+//
+// Estimated reads (opaque connections: no key, no status) are held until settled, then decided in
+// start order against the fetches whose window holds them (request arrived ≤ read start, read end ≤
+// response sent) and whose response carried remote data for an eligible partition (or a storage
+// error): the reader thread's current fetch first, then the oldest fetch no read went to yet. The
+// read goes to the partition the broker read remotely (the eligible one the response filled;
+// Kafka ≤ 4.1 reads one per fetch).
 #pragma once
 
 #include <cstdint>
@@ -110,6 +117,13 @@ struct Options {
   bool unknown_partitions_possibly_remote = true;
   std::uint64_t closed_grace_ns = 30'000'000'000ull;
   std::uint64_t max_pending_ns = 300'000'000'000ull;
+  // Estimated reads are decided this long after they ended: by then the responses of the fetches
+  // around them are known (which fetches really read remotely, and when they answered).
+  std::uint64_t estimate_settle_ns = 300'000'000ull;
+  // With opaque object-store connections (expect_estimates()), an answered fetch stays matchable
+  // for this long by estimated reads that ended before its answer: an opaque cycle is only known
+  // complete when its connection is reused or goes quiet, typically after the fetch answered.
+  std::uint64_t answered_retain_ns = 2'000'000'000ull;
 };
 
 class Attributor {
@@ -123,12 +137,17 @@ class Attributor {
   void set_peer(std::uint64_t connection, std::string_view peer);
   void on_request(const kafka::Exchange& request);
   void on_exchange(const kafka::Exchange& exchange);
+  // Exact reads are attributed at once; estimated ones once settled (Options::estimate_settle_ns,
+  // or expire()). `read.object_key`/topic views need not outlive the call for estimated reads.
   void on_object_read(const ObjectRead& read);
+  // Opaque object-store connections exist: answered fetches are kept for estimated reads.
+  void expect_estimates();
   // The client went away. Its pending fetches stay matchable for Options::closed_grace_ns: the
   // broker finishes a remote read it started even when nobody will receive the answer.
   void close_connection(std::uint64_t connection, std::uint64_t now_ns);
-  // Finishes fetches whose client closed more than closed_grace_ns ago, and fetches pending
-  // longer than max_pending_ns (their response was lost).
+  // Settles estimated reads, then finishes fetches whose client closed more than closed_grace_ns
+  // ago, answered fetches kept longer than answered_retain_ns, and fetches pending longer than
+  // max_pending_ns (their response was lost). expire(~0ull) settles everything.
   void expire(std::uint64_t now_ns);
 
   const Counters& counters() const;

@@ -11,7 +11,8 @@
 //
 // TlsCycleEstimator handles connections whose bytes cannot be read (JSSE TLS): each request
 // write burst followed by a response read burst is one estimated GET whose body size is the
-// ciphertext minus TLS record overhead and an estimated response header.
+// ciphertext minus TLS record overhead and an estimated response header. Its status cannot be
+// seen: an answered cycle is reported as 200 (sizes do not tell errors from small objects).
 #pragma once
 
 #include <cstdint>

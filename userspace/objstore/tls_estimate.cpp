@@ -66,8 +66,10 @@ void TlsCycleEstimator::finish_cycle() {
     get.http_method = "GET";
     get.body_bytes =
         plaintext > options_.response_header_bytes ? plaintext - options_.response_header_bytes : 0;
-    // The status is invisible; a response too small to carry a body is most likely an error.
-    get.status = get.body_bytes > 0 ? 200 : 0;
+    // The status is invisible. A small response is no sign of an error: index and manifest
+    // objects are a few hundred bytes, as small as an error document; guessing from the size
+    // reported failures that never happened. An answered cycle counts as a success.
+    get.status = 200;
     get.complete = true;
     get.request_ns = request_ns_;
     get.response_start_ns = response_start_ns_;

@@ -196,6 +196,8 @@ TEST_CASE("estimated reads (no key) go FIFO to fetches that may read remotely") 
   r.thread_id = 51;
   r.body_bytes = 3000;
   attributor.on_object_read(r);
+  CHECK(sink.reads.empty());  // estimated reads wait until settled
+  attributor.expire(300 + attribution::Options{}.estimate_settle_ns);
   REQUIRE(sink.reads.size() == 2);
   CHECK(sink.reads[0].client == "first");
   CHECK(sink.reads[0].method == Method::kEstimated);
