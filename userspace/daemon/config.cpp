@@ -77,7 +77,7 @@ Result<Config> parse_config(std::string_view text) {
   Reader r;
   if (!r.check_keys(doc, "", {"listen", "targets", "kafka_ports", "object_store", "log_dirs",
                               "price_table", "sensors", "state_dir", "audit_log", "capture",
-                              "attribution_enabled"}))
+                              "attribution_enabled", "budgets"}))
     return make_error(r.error);
   r.get(doc, "listen", "listen", c.listen);
   r.get_ports(doc, "kafka_ports", "kafka_ports", c.kafka_ports);
@@ -114,7 +114,43 @@ Result<Config> parse_config(std::string_view text) {
     r.get(doc["capture"], "capture_bytes", "capture.capture_bytes", c.capture_bytes);
     r.get(doc["capture"], "tls_libraries", "capture.tls_libraries", c.tls_libraries);
   }
+  if (doc.contains("budgets") &&
+      r.check_keys(doc["budgets"], "budgets",
+                   {"limits", "window_seconds", "repeat_seconds", "command", "webhook"})) {
+    const json& b = doc["budgets"];
+    r.get(b, "window_seconds", "budgets.window_seconds", c.budgets.window_seconds);
+    r.get(b, "repeat_seconds", "budgets.repeat_seconds", c.budgets.repeat_seconds);
+    r.get(b, "command", "budgets.command", c.budgets.command);
+    r.get(b, "webhook", "budgets.webhook", c.budgets.webhook);
+    if (b.contains("limits") && !b["limits"].is_array())
+      r.fail("budgets.limits", "expected an array of {\"client_id\"|\"group_id\", \"per_hour\"}");
+    if (b.contains("limits") && b["limits"].is_array()) {
+      for (std::size_t i = 0; i < b["limits"].size() && r.error.empty(); ++i) {
+        const std::string where = "budgets.limits[" + std::to_string(i) + "]";
+        const json& item = b["limits"][i];
+        if (!r.check_keys(item, where, {"client_id", "group_id", "per_hour"})) break;
+        BudgetLimit limit;
+        r.get(item, "client_id", where + ".client_id", limit.client_id);
+        r.get(item, "group_id", where + ".group_id", limit.group_id);
+        limit.per_hour = -1;
+        r.get(item, "per_hour", where + ".per_hour", limit.per_hour);
+        if (!r.error.empty()) break;
+        if (limit.client_id.empty() == limit.group_id.empty())
+          r.fail(where, "set exactly one of client_id or group_id");
+        else if (!(limit.per_hour > 0))
+          r.fail(where + ".per_hour", "money per hour, a positive number (e.g. 0.5)");
+        c.budgets.limits.push_back(limit);
+      }
+    }
+  }
   if (!r.error.empty()) return make_error(r.error);
+  if (!(c.budgets.window_seconds >= 1 && c.budgets.window_seconds <= 86400))
+    return make_error("config field \"budgets.window_seconds\": must be from 1 to 86400");
+  if (!(c.budgets.repeat_seconds >= 1))
+    return make_error("config field \"budgets.repeat_seconds\": must be at least 1");
+  if (!c.budgets.webhook.empty() && c.budgets.webhook.rfind("http://", 0) != 0)
+    return make_error("config field \"budgets.webhook\": expected an http://host:port/path URL "
+                      "(for https, point it at a local relay), got \"" + c.budgets.webhook + "\"");
   if (c.max_sensors < 1 || c.max_sensors > 10'000'000)
     return make_error("config field \"sensors.max_sensors\": must be from 1 to 10000000");
   if (c.idle_expiry_seconds <= 0)

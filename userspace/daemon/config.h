@@ -13,7 +13,11 @@
 //     "audit_log": {"path": "", "max_bytes": 104857600, "keep": 5},
 //     "capture": {"ring_kib_per_cpu": 4096, "capture_bytes": 4096,
 //                 "tls_libraries": ["openssl", "gnutls"]},
-//     "attribution_enabled": true
+//     "attribution_enabled": true,
+//     "budgets": {"limits": [{"client_id": "scanner", "per_hour": 0.5},
+//                            {"group_id": "analytics", "per_hour": 2}],
+//                 "window_seconds": 300, "repeat_seconds": 600,
+//                 "command": "", "webhook": ""}
 //   }
 #pragma once
 
@@ -23,6 +27,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "daemon/budget.h"
 
 namespace fc::daemon {
 
@@ -48,6 +53,7 @@ struct Config {
   std::uint32_t capture_bytes = 4096;
   std::vector<std::string> tls_libraries = {"openssl", "gnutls"};
   bool attribution_enabled = true;
+  BudgetConfig budgets;
 };
 
 Result<Config> parse_config(std::string_view json_text);

@@ -14,6 +14,7 @@ Result<std::unique_ptr<AuditLog>> AuditLog::open(const std::string& path, std::u
   log->path_ = path;
   log->max_bytes_ = max_bytes;
   log->keep_ = keep;
+  if (path.empty()) return log;  // memory only: the recent-reads ring for the API
   log->file_ = std::fopen(path.c_str(), "a");
   if (!log->file_)
     return make_error("cannot open the audit log " + path + ": " + std::strerror(errno) +
@@ -40,6 +41,15 @@ void AuditLog::rotate() {
 }
 
 void AuditLog::write(const AuditRecord& r) {
+  {
+    std::lock_guard lock(recent_mutex_);
+    RecentRead read{r.unix_ms,  std::string(r.client_id),  std::string(r.group_id),
+                    std::string(r.topic), r.partition, std::string(r.object_key),
+                    r.bytes,    r.status,                  std::string(r.method)};
+    if (recent_.size() < kRecentCapacity) recent_.push_back(std::move(read));
+    else recent_[recent_next_] = std::move(read);
+    recent_next_ = (recent_next_ + 1) % kRecentCapacity;
+  }
   if (!file_) return;
   // dump() escapes every string (replace mode keeps invalid UTF-8 from throwing).
   nlohmann::json line{{"ts_ms", r.unix_ms},         {"client_id", r.client_id},
@@ -56,6 +66,22 @@ void AuditLog::write(const AuditRecord& r) {
   std::fflush(file_);
   size_ += text.size();
   ++written_;
+}
+
+}  // namespace fc::exporter
+
+namespace fc::exporter {
+
+std::vector<RecentRead> AuditLog::recent(std::string_view client_id, std::size_t limit) const {
+  std::vector<RecentRead> out;
+  std::lock_guard lock(recent_mutex_);
+  const std::size_t n = recent_.size();
+  for (std::size_t i = 0; i < n && out.size() < limit; ++i) {
+    // Walk backwards from the newest slot.
+    const RecentRead& r = recent_[(recent_next_ + kRecentCapacity - 1 - i) % kRecentCapacity % n];
+    if (client_id.empty() || r.client_id == client_id) out.push_back(r);
+  }
+  return out;
 }
 
 }  // namespace fc::exporter

@@ -97,15 +97,35 @@ struct AuditRecord {
   std::string_view method;
 };
 
+// One attributed object read as `fetchcost top` shows it in a client's drill-down (owned copy;
+// metadata only, never payload bytes).
+struct RecentRead {
+  std::int64_t unix_ms = 0;
+  std::string client_id;
+  std::string group_id;
+  std::string topic;
+  std::int32_t partition = -1;
+  std::string object_key;
+  std::uint64_t bytes = 0;
+  int status = 0;
+  std::string method;
+};
+
 class AuditLog {
  public:
+  // The newest reads kept in memory for /api/v1/recent: a small fixed bound, so a busy broker
+  // costs at most this many records of memory.
+  static constexpr std::size_t kRecentCapacity = 512;
+
   // Appends to `path`; when it grows past max_bytes it becomes path.1 (path.1 → path.2 …,
-  // keeping `keep` old files).
+  // keeping `keep` old files). An empty path keeps only the in-memory ring of recent reads.
   static Result<std::unique_ptr<AuditLog>> open(const std::string& path, std::uint64_t max_bytes,
                                                 int keep);
   ~AuditLog();
   void write(const AuditRecord& record);
   std::uint64_t records_written() const { return written_; }
+  // Newest first; `client_id` empty means every client; at most `limit` records.
+  std::vector<RecentRead> recent(std::string_view client_id, std::size_t limit) const;
 
  private:
   AuditLog() = default;
@@ -116,6 +136,9 @@ class AuditLog {
   std::FILE* file_ = nullptr;
   std::uint64_t size_ = 0;
   std::uint64_t written_ = 0;
+  mutable std::mutex recent_mutex_;
+  std::vector<RecentRead> recent_;  // ring of kRecentCapacity, next slot at recent_next_
+  std::size_t recent_next_ = 0;
 };
 
 // ---- HTTP ----
@@ -125,6 +148,9 @@ struct HttpResponse {
   std::string body;
 };
 using HttpHandler = std::function<HttpResponse(const std::string& body)>;
+// A GET handler that reads the query string (?client=x&limit=10), already URL-decoded.
+using HttpQueryHandler =
+    std::function<HttpResponse(const std::map<std::string, std::string>& query)>;
 
 class HttpServer {
  public:
@@ -132,6 +158,7 @@ class HttpServer {
   ~HttpServer();
   void get(const std::string& path, HttpHandler handler);
   void post(const std::string& path, HttpHandler handler);
+  void get_with_query(const std::string& path, HttpQueryHandler handler);
   // Binds "host:port" and serves on a background thread. Port 0 picks a free port.
   Result<int> start(const std::string& address);
   void stop();

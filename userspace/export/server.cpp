@@ -27,6 +27,16 @@ httplib::Server::Handler wrap(HttpHandler handler) {
 void HttpServer::get(const std::string& path, HttpHandler handler) {
   impl_->server.Get(path, wrap(std::move(handler)));
 }
+void HttpServer::get_with_query(const std::string& path, HttpQueryHandler handler) {
+  impl_->server.Get(path, [handler = std::move(handler)](const httplib::Request& req,
+                                                         httplib::Response& res) {
+    std::map<std::string, std::string> query;
+    for (const auto& [key, value] : req.params) query.emplace(key, value);
+    HttpResponse r = handler(query);
+    res.status = r.status;
+    res.set_content(r.body, r.content_type);
+  });
+}
 void HttpServer::post(const std::string& path, HttpHandler handler) {
   impl_->server.Post(path, wrap(std::move(handler)));
 }

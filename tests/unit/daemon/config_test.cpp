@@ -45,3 +45,38 @@ TEST_CASE("fields are read, and every error names its field") {
     CHECK(r.error().message.find(bad.mentions) != std::string::npos);
   }
 }
+
+TEST_CASE("budgets: limits per client or group, actions, and errors naming the field") {
+  auto c = parse_config(R"({"budgets":{"limits":[{"client_id":"scanner","per_hour":0.5},
+      {"group_id":"analytics","per_hour":2}],"window_seconds":60,"command":"echo hi",
+      "webhook":"http://127.0.0.1:8080/hook"}})");
+  REQUIRE(c.ok());
+  REQUIRE(c->budgets.limits.size() == 2);
+  CHECK(c->budgets.limits[0].client_id == "scanner");
+  CHECK(c->budgets.limits[0].per_hour == 0.5);
+  CHECK(c->budgets.limits[1].group_id == "analytics");
+  CHECK(c->budgets.window_seconds == 60);
+  CHECK(c->budgets.command == "echo hi");
+
+  struct Bad {
+    const char* text;
+    const char* mentions;
+  } cases[] = {
+      {R"({"budgets":{"limit":[]}})", "budgets.limit"},
+      {R"({"budgets":{"limits":{}}})", "budgets.limits"},
+      {R"({"budgets":{"limits":[{"per_hour":1}]}})", "budgets.limits[0]"},
+      {R"({"budgets":{"limits":[{"client_id":"a","group_id":"b","per_hour":1}]}})",
+       "exactly one of client_id or group_id"},
+      {R"({"budgets":{"limits":[{"client_id":"a","per_hour":0}]}})", "budgets.limits[0].per_hour"},
+      {R"({"budgets":{"limits":[{"client_id":"a","per_hour":"1"}]}})", "budgets.limits[0].per_hour"},
+      {R"({"budgets":{"limits":[{"client_id":"a","per_hour":1},{"client":"b"}]}})",
+       "budgets.limits[1].client"},
+      {R"({"budgets":{"window_seconds":0}})", "budgets.window_seconds"},
+      {R"({"budgets":{"webhook":"https://x"}})", "budgets.webhook"},
+  };
+  for (const auto& bad : cases) {
+    auto r = parse_config(bad.text);
+    CHECK_FALSE(r.ok());
+    if (!r.ok()) CHECK_MESSAGE(r.error().message.find(bad.mentions) != std::string::npos, r.error().message);
+  }
+}
