@@ -7,3 +7,6 @@ class App;
 }
 
 void add_decode_command(CLI::App& app);
+void add_top_command(CLI::App& app);
+void add_report_command(CLI::App& app);
+void add_status_command(CLI::App& app);

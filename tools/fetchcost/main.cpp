@@ -1,4 +1,4 @@
-// fetchcost: the command-line tool (decode, and later status/top/report/replay).
+// fetchcost: the command-line tool (decode, top, report, status; later replay).
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
@@ -7,6 +7,9 @@ int main(int argc, char** argv) {
   CLI::App app{"fetchcost: attribute Kafka tiered-storage reads to clients"};
   app.require_subcommand(1);
   add_decode_command(app);
+  add_top_command(app);
+  add_report_command(app);
+  add_status_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -1,0 +1,104 @@
+// `fetchcost status`: what a running fetchcostd watches and how: probes, targets, TLS libraries,
+// drops, version and the config in force (from /api/v1/status).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "api_client.h"
+#include "commands.h"
+
+namespace {
+
+struct StatusOptions {
+  std::string endpoint = "http://127.0.0.1:9464";
+  bool json = false;
+};
+
+std::string str(const nlohmann::json& doc, const char* key) {
+  if (!doc.contains(key)) return "?";
+  const auto& v = doc.at(key);
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+int run_status(const StatusOptions& o) {
+  auto doc = fc::cli::get_json(o.endpoint, "/api/v1/status");
+  if (!doc) {
+    std::fprintf(stderr, "fetchcost status: %s\n", doc.error().message.c_str());
+    return 1;
+  }
+  const auto& s = *doc;
+  if (o.json) {
+    std::printf("%s\n", s.dump(1).c_str());
+    return 0;
+  }
+  std::printf("fetchcostd %s at %s\n", str(s, "version").c_str(), o.endpoint.c_str());
+  std::printf("capture     %s, ring %s bytes/cpu, attribution %s\n", str(s, "variant").c_str(),
+              str(s, "ring_bytes_per_cpu").c_str(),
+              s.value("attribution_enabled", true) ? "on" : "OFF (POST /api/v1/attribution)");
+  std::printf("probes      %s attached:", str(s, "probes_attached").c_str());
+  if (s.contains("programs"))
+    for (const auto& p : s["programs"]) std::printf(" %s", p.value("name", "?").c_str());
+  std::printf("\n");
+  std::uint64_t drops = 0;
+  std::string per_cpu;
+  if (s.contains("drops_per_cpu"))
+    for (const auto& d : s["drops_per_cpu"]) {
+      drops += d.get<std::uint64_t>();
+      per_cpu += (per_cpu.empty() ? "" : " ") + d.dump();
+    }
+  std::printf("events      %s captured, %s handled, drops %llu (per cpu: %s)\n",
+              str(s, "events").c_str(), str(s, "handled_events").c_str(),
+              static_cast<unsigned long long>(drops), per_cpu.empty() ? "-" : per_cpu.c_str());
+  const auto targets = s.value("targets", nlohmann::json::array());
+  std::printf("targets     %zu\n", targets.size());
+  for (const auto& t : targets) {
+    std::printf("  pid %s (%s), %s connections at attach\n", str(t, "pid").c_str(),
+                str(t, "comm").c_str(), str(t, "existing_connections").c_str());
+    for (const auto& l : t.value("tls", nlohmann::json::array())) {
+      std::string fns;
+      for (const auto& f : l.value("functions", nlohmann::json::array()))
+        fns += (fns.empty() ? "" : ",") + f.get<std::string>();
+      std::printf("    tls %s %s %s%s%s\n", str(l, "flavour").c_str(), str(l, "path").c_str(),
+                  l.value("skipped", false) ? "(skipped by configuration)" : fns.c_str(),
+                  l.value("error", "").empty() ? "" : " error: ", l.value("error", "").c_str());
+    }
+  }
+  if (s.contains("reads"))
+    std::printf("reads       exact %s, estimated %s, unattributed %s\n",
+                str(s["reads"], "exact").c_str(), str(s["reads"], "estimated").c_str(),
+                str(s["reads"], "unattributed").c_str());
+  if (s.contains("sensors"))
+    std::printf("sensors     %s live, %s __other__, %s evicted, %s expired, ~%s bytes\n",
+                str(s["sensors"], "live").c_str(), str(s["sensors"], "other").c_str(),
+                str(s["sensors"], "evictions").c_str(), str(s["sensors"], "expirations").c_str(),
+                str(s["sensors"], "approx_memory_bytes").c_str());
+  std::printf("prices      %s (%s)\n", str(s, "price_table").c_str(), str(s, "currency").c_str());
+  std::printf("ledger      %s\n", str(s, "ledger").c_str());
+  for (const auto& b : s.value("budgets", nlohmann::json::array())) {
+    const std::string who = b.value("client_id", "").empty()
+                                ? "group " + b.value("group_id", "")
+                                : "client " + b.value("client_id", "");
+    std::printf("budget      %s: %.6f/h of %.6f/h%s\n", who.c_str(), b.value("cost_per_hour", 0.0),
+                b.value("per_hour", 0.0), b.value("exceeded", false) ? "  EXCEEDED" : "");
+  }
+  if (s.contains("budget_actions"))
+    std::printf("actions     ok %s, failed %s, skipped %s\n",
+                str(s["budget_actions"], "ok").c_str(), str(s["budget_actions"], "failed").c_str(),
+                str(s["budget_actions"], "skipped").c_str());
+  if (s.contains("config")) std::printf("config      %s\n", s["config"].dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_status_command(CLI::App& app) {
+  auto o = std::make_shared<StatusOptions>();
+  auto* cmd = app.add_subcommand(
+      "status", "What fetchcostd watches: probes, targets, drops, version, the config in force");
+  cmd->add_option("--endpoint", o->endpoint, "fetchcostd's listen URL")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print /api/v1/status as JSON");
+  cmd->callback([o] {
+    const int rc = run_status(*o);
+    if (rc != 0) std::exit(rc);
+  });
+}
