@@ -20,6 +20,7 @@ def parse_args():
     ap.add_argument("--config-check", required=True)
     ap.add_argument("--promtool", default="")
     ap.add_argument("--repo", required=True)
+    ap.add_argument("--fetchcostd", default="")
     ARGS, rest = ap.parse_known_args()
     return [sys.argv[0]] + rest
 
