@@ -21,9 +21,9 @@ struct PendingPartition {
   std::uint64_t last_end_ns = 0;
   Method method = Method::kExact;
   // From the response, once seen.
-  bool answered = false;            // the partition was in the response
-  std::uint64_t delivered = 0;      // record bytes the response carried for it
-  bool remote_answer = false;       // records, or a storage error (a failed remote read)
+  bool answered = false;        // the partition was in the response
+  std::uint64_t delivered = 0;  // record bytes the response carried for it
+  bool remote_answer = false;   // records, or a storage error (a failed remote read)
 };
 
 struct PendingFetch {
@@ -32,7 +32,7 @@ struct PendingFetch {
   std::string client_id;
   std::string peer;
   std::uint64_t request_ns = 0;
-  std::uint64_t closed_ns = 0;  // the client connection closed at this time (0: open)
+  std::uint64_t closed_ns = 0;    // the client connection closed at this time (0: open)
   std::uint64_t answered_ns = 0;  // response sent (kept for estimated reads); 0: not yet
   bool response_seen = false;
   std::vector<PendingPartition> parts;
@@ -75,8 +75,8 @@ struct Attributor::Impl {
   };
   std::unordered_map<std::uint32_t, Affinity> by_thread;
   std::unordered_map<std::uint64_t, std::string> peers;
-  std::uint64_t latest_ns = 0;  // the newest time seen in any input
-  bool retain_answered = false;  // expect_estimates() was called
+  std::uint64_t latest_ns = 0;        // the newest time seen in any input
+  bool retain_answered = false;       // expect_estimates() was called
   std::vector<ObjectRead> estimates;  // estimated reads not settled yet (no views inside)
 
   Impl(Sink& s, const LocalTier* t, Options o) : sink(s), tier(t), options(o) {}
@@ -182,7 +182,8 @@ struct Attributor::Impl {
       if (p.topic_index >= fx.topics.size()) continue;
       PendingPartition part;
       part.topic = fx.topics[p.topic_index].name;
-      if (!fx.topics[p.topic_index].id.is_zero()) part.topic_id = fx.topics[p.topic_index].id.to_base64();
+      if (!fx.topics[p.topic_index].id.is_zero())
+        part.topic_id = fx.topics[p.topic_index].id.to_base64();
       if (part.topic.empty() && !part.topic_id.empty() && tier) {
         if (auto name = tier->topic_name(part.topic_id)) part.topic = std::move(*name);
       }
@@ -214,7 +215,8 @@ struct Attributor::Impl {
   std::optional<Affinity> match_exact(const ObjectRead& read) {
     auto matches = [&](const PendingPartition& part) {
       return part.partition == read.partition &&
-             (part.topic == read.topic || (!read.topic_id.empty() && part.topic_id == read.topic_id));
+             (part.topic == read.topic ||
+              (!read.topic_id.empty() && part.topic_id == read.topic_id));
     };
     if (auto it = by_thread.find(read.thread_id); it != by_thread.end()) {
       const Affinity& a = it->second;
@@ -405,8 +407,9 @@ void Attributor::on_exchange(const kafka::Exchange& exchange) {
 
 void Attributor::on_object_read(const ObjectRead& read) {
   impl_->latest_ns = std::max(impl_->latest_ns, read.end_ns);
-  const bool exact = read.method == Method::kExact && !read.topic.empty();
-  if (exact) {
+  // Exact reads (also a response whose request was not seen, matched at once as before) are
+  // decided now; estimated cycles arrive late and out of order, so they wait to be settled.
+  if (read.method == Method::kExact) {
     impl_->on_read(read);
   } else {
     ObjectRead held = read;  // estimated reads carry no key; drop the views, they do not outlive us
@@ -418,11 +421,14 @@ void Attributor::on_object_read(const ObjectRead& read) {
   impl_->settle(impl_->latest_ns);
 }
 
-void Attributor::expect_estimates() { impl_->retain_answered = true; }
+void Attributor::expect_estimates() {
+  impl_->retain_answered = true;
+}
 
 void Attributor::close_connection(std::uint64_t connection, std::uint64_t now_ns) {
   for (auto& fetch : impl_->fetches) {
-    if (fetch.connection == connection && fetch.closed_ns == 0) fetch.closed_ns = std::max<std::uint64_t>(now_ns, 1);
+    if (fetch.connection == connection && fetch.closed_ns == 0)
+      fetch.closed_ns = std::max<std::uint64_t>(now_ns, 1);
   }
   impl_->peers.erase(connection);
 }
@@ -441,7 +447,11 @@ void Attributor::expire(std::uint64_t now_ns) {
   }
 }
 
-const Counters& Attributor::counters() const { return impl_->counters; }
-std::size_t Attributor::pending() const { return impl_->fetches.size(); }
+const Counters& Attributor::counters() const {
+  return impl_->counters;
+}
+std::size_t Attributor::pending() const {
+  return impl_->fetches.size();
+}
 
 }  // namespace fc::attribution

@@ -54,10 +54,10 @@ class LocalTier {
 // One GET (or one estimated request/response cycle) on an object-store connection.
 struct ObjectRead {
   std::uint64_t connection = 0;
-  std::uint32_t thread_id = 0;  // the broker thread that wrote the request
-  std::uint64_t start_ns = 0;   // request written
-  std::uint64_t end_ns = 0;     // response complete
-  int status = 0;               // HTTP status; 0 = connection failed or unknown
+  std::uint32_t thread_id = 0;   // the broker thread that wrote the request
+  std::uint64_t start_ns = 0;    // request written
+  std::uint64_t end_ns = 0;      // response complete
+  int status = 0;                // HTTP status; 0 = connection failed or unknown
   std::uint64_t body_bytes = 0;  // response body bytes received
   Method method = Method::kExact;
   // Parsed from the object key (exact reads only); topic empty when the key did not parse.
@@ -90,9 +90,9 @@ struct FetchDone {
   std::int32_t partition = -1;
   Method method = Method::kExact;
   std::uint64_t object_reads = 0;
-  std::uint64_t object_bytes = 0;      // body bytes of the reads attributed to this fetch
-  std::uint64_t bytes_delivered = 0;   // records bytes the response carried for the partition
-  double remote_latency_seconds = 0;   // first read start → last read end
+  std::uint64_t object_bytes = 0;     // body bytes of the reads attributed to this fetch
+  std::uint64_t bytes_delivered = 0;  // records bytes the response carried for the partition
+  double remote_latency_seconds = 0;  // first read start → last read end
   bool response_seen = false;
 };
 
@@ -104,11 +104,11 @@ class Sink {
 };
 
 struct Counters {
-  std::uint64_t fetches_tracked = 0;      // consumer fetches with a possibly-remote partition
+  std::uint64_t fetches_tracked = 0;  // consumer fetches with a possibly-remote partition
   std::uint64_t reads_exact = 0;
   std::uint64_t reads_estimated = 0;
   std::uint64_t reads_unattributed = 0;
-  std::uint64_t pending_evicted = 0;      // pending fetches dropped by the max_pending bound
+  std::uint64_t pending_evicted = 0;  // pending fetches dropped by the max_pending bound
 };
 
 struct Options {

@@ -154,7 +154,8 @@ TEST_CASE("a GET with no pending fetch is unattributed; a failed GET adds no byt
   CHECK(attributor.counters().reads_unattributed == 2);
 }
 
-TEST_CASE("concurrent fetches of one partition: oldest first, a fetch already being read is skipped") {
+TEST_CASE(
+    "concurrent fetches of one partition: oldest first, a fetch already being read is skipped") {
   RecordingSink sink;
   attribution::Attributor attributor(sink, nullptr);
   attributor.on_request(fetch(1, 1, "a", 100, {{"t", 3, 10}}));
@@ -267,4 +268,156 @@ TEST_CASE("an unanswered fetch (client gone) keeps its GETs for the grace period
   CHECK(attributor.pending() == 1);
   attributor.on_object_read(get(41, 200, 250, "t", 1, 1040, 65536));
   CHECK(sink.bytes_by_client()["leaver"] == 65536);
+}
+
+namespace {
+
+ObjectRead estimated(std::uint32_t tid, std::uint64_t start, std::uint64_t end,
+                     std::uint64_t bytes) {
+  ObjectRead r;
+  r.connection = 901;
+  r.thread_id = tid;
+  r.start_ns = start;
+  r.end_ns = end;
+  r.status = 200;
+  r.body_bytes = bytes;
+  r.method = Method::kEstimated;
+  return r;
+}
+
+const std::uint64_t kSettle = attribution::Options{}.estimate_settle_ns;
+const std::uint64_t kRetain = attribution::Options{}.answered_retain_ns;
+
+}  // namespace
+
+TEST_CASE("an opaque cycle known only after its fetch answered still goes to that fetch") {
+  // The cycle of a GET on an opaque connection completes when the connection is reused or goes
+  // quiet: typically after the fetch it served was answered and the next fetch arrived.
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"t", 0}] = 1000;
+  attribution::Attributor attributor(sink, &tier);
+  attributor.expect_estimates();
+  const auto a = fetch(1, 1, "a", 100, {{"t", 0, 10}});
+  const auto b = fetch(2, 1, "b", 320, {{"t", 0, 20}});
+  attributor.on_request(a);
+  attributor.on_exchange(respond(a, 310, 5000));  // its GET [200, 300] is not known yet
+  attributor.on_request(b);
+  attributor.on_object_read(estimated(50, 200, 300, 4000));  // a's, known late
+  attributor.on_object_read(estimated(50, 400, 500, 3000));  // b's
+  attributor.on_exchange(respond(b, 510, 2500));
+  attributor.expire(500 + kSettle);
+  REQUIRE(sink.reads.size() == 2);
+  CHECK(sink.reads[0].client == "a");
+  CHECK(sink.reads[0].bytes == 4000);
+  CHECK(sink.reads[0].method == Method::kEstimated);
+  CHECK(sink.reads[1].client == "b");
+  CHECK(sink.done.empty());  // answered fetches are kept for late cycles a while
+  attributor.expire(510 + kRetain + 1);
+  REQUIRE(sink.done.size() == 2);
+  CHECK(sink.done_clients[0] == "a");
+  CHECK(sink.done[0].object_bytes == 4000);
+  CHECK(sink.done[0].bytes_delivered == 5000);
+  CHECK(attributor.pending() == 0);
+}
+
+TEST_CASE("without opaque connections an answered fetch finishes at once (exact reads only)") {
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  const auto a = fetch(1, 1, "a", 100, {{"t", 0, 10}});
+  attributor.on_request(a);
+  attributor.on_object_read(get(50, 200, 300, "t", 0, 0, 4000));
+  attributor.on_exchange(respond(a, 310, 5000));
+  CHECK(sink.done.size() == 1);
+  CHECK(attributor.pending() == 0);
+  attributor.on_object_read(get(50, 400, 500, "t", 0, 0, 100));  // after the answer: not a's
+  CHECK(sink.reads.back().client == "__unattributed__");
+}
+
+TEST_CASE("a fetch answered without remote data takes no estimated read") {
+  // Eligible by the tier map, but the broker answered it with nothing (offset at the high
+  // watermark, budget spent…): it made no GET, and FIFO must not hand it the next one.
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"t", 0}] = 1000;
+  attribution::Attributor attributor(sink, &tier);
+  attributor.expect_estimates();
+  const auto idle = fetch(1, 1, "idle", 100, {{"t", 0, 10}});
+  const auto reader = fetch(2, 1, "reader", 110, {{"t", 0, 20}});
+  attributor.on_request(idle);
+  attributor.on_request(reader);
+  attributor.on_exchange(respond(reader, 350, 4000));
+  attributor.on_exchange(respond(idle, 400, 0));
+  attributor.on_object_read(estimated(50, 200, 300, 4000));
+  attributor.expire(300 + kSettle);
+  REQUIRE(sink.reads.size() == 1);
+  CHECK(sink.reads[0].client == "reader");
+  CHECK(sink.bytes_by_client().count("idle") == 0);
+}
+
+TEST_CASE("an estimated read goes to the partition the broker read remotely") {
+  // Kafka <= 4.1 reads one remote partition per fetch; the response shows which one got records.
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"t", 0}] = 1000;
+  tier.starts[{"t", 1}] = 1000;
+  attribution::Attributor attributor(sink, &tier);
+  attributor.expect_estimates();
+  auto x = fetch(1, 1, "c", 100, {{"t", 0, 10}, {"t", 1, 10}});
+  attributor.on_request(x);
+  auto answer = respond(x, 350, 0);
+  answer.fetch.partitions[1].records_size = 3000;
+  attributor.on_exchange(answer);
+  attributor.on_object_read(estimated(50, 200, 300, 4000));
+  attributor.expire(300 + kSettle);
+  REQUIRE(sink.reads.size() == 1);
+  CHECK(sink.reads[0].client == "c");
+  CHECK(sink.reads[0].partition == 1);
+  // Not answered yet when settled: the first eligible partition in request order.
+  auto y = fetch(1, 2, "c", 1000, {{"t", 0, 10}, {"t", 1, 10}});
+  attributor.on_request(y);
+  attributor.on_object_read(estimated(50, 1100, 1200, 4000));
+  attributor.expire(1200 + kSettle);
+  REQUIRE(sink.reads.size() == 2);
+  CHECK(sink.reads[1].partition == 0);
+}
+
+TEST_CASE("estimated reads are decided in start order, whatever order their cycles complete in") {
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"t", 0}] = 1000;
+  attribution::Attributor attributor(sink, &tier);
+  attributor.expect_estimates();
+  attributor.on_request(fetch(1, 1, "first", 100, {{"t", 0, 10}}));
+  attributor.on_request(fetch(2, 1, "second", 105, {{"t", 0, 20}}));
+  // Thread 50 took the first fetch from the reader queue and started first, but its
+  // connection's cycle completed after thread 51's.
+  attributor.on_object_read(estimated(51, 210, 260, 3000));
+  attributor.on_object_read(estimated(50, 200, 250, 4000));
+  attributor.on_object_read(estimated(50, 255, 280, 500));  // first's second GET
+  attributor.expire(280 + kSettle);
+  REQUIRE(sink.reads.size() == 3);
+  const auto by_client = sink.bytes_by_client();
+  CHECK(by_client.at("first") == 4500);
+  CHECK(by_client.at("second") == 3000);
+}
+
+TEST_CASE(
+    "estimated reads with no fetch in their window stay unattributed, and settle at the end") {
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"t", 0}] = 1000;
+  attribution::Attributor attributor(sink, &tier);
+  attributor.expect_estimates();
+  const auto a = fetch(1, 1, "a", 100, {{"t", 0, 10}});
+  attributor.on_request(a);
+  attributor.on_exchange(respond(a, 150, 4000));
+  attributor.on_object_read(estimated(50, 200, 300, 4000));  // after a answered: not a's
+  attributor.on_object_read(estimated(50, 50, 90, 4000));    // before a arrived: not a's
+  CHECK(sink.reads.empty());
+  attributor.expire(~0ull);
+  REQUIRE(sink.reads.size() == 2);
+  CHECK(sink.reads[0].client == "__unattributed__");
+  CHECK(sink.reads[1].client == "__unattributed__");
+  CHECK(attributor.counters().reads_unattributed == 2);
 }
