@@ -4,6 +4,7 @@ eBPF DaemonSet on broker nodes needs; the rendered config.json and price table l
 fetchcostd's own parsers (helm_config_check)."""
 import json
 import os
+import re
 import subprocess
 import tempfile
 import unittest
@@ -355,6 +356,33 @@ class OtherSettings(unittest.TestCase):
         self.assertEqual(ds["metadata"]["name"], "kafka-fetchcost")
         ds = one(render(name="prod"), "DaemonSet")
         self.assertEqual(ds["metadata"]["name"], "prod-fetchcost")
+
+
+class Readme(unittest.TestCase):
+    def test_every_value_is_documented(self):
+        p = subprocess.run([helmtest.ARGS.renderer, "--chart", helmtest.ARGS.chart, "--print-values"],
+                           capture_output=True, text=True, check=True)
+        values = json.loads(p.stdout)
+        with open(os.path.join(helmtest.ARGS.chart, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        documented = set(re.findall(r"^\| `([^`]+)` \|", readme, re.M))
+
+        def leaves(node, prefix):
+            if isinstance(node, dict) and node:
+                for k, v in node.items():
+                    yield from leaves(v, f"{prefix}.{k}" if prefix else k)
+            else:
+                yield prefix
+
+        undocumented = []
+        for path in leaves(values, ""):
+            parts = path.split(".")
+            if not any(".".join(parts[:i]) in documented for i in range(1, len(parts) + 1)):
+                undocumented.append(path)
+        self.assertEqual(undocumented, [], "values missing from helm/fetchcost/README.md")
+        stale = [d for d in documented if not any(leaf == d or leaf.startswith(d + ".")
+                                                  for leaf in leaves(values, ""))]
+        self.assertEqual(stale, [], "README documents values the chart does not have")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 //   - missingkey=zero with "<no value>" removed from the output, templates whose names start
 //     with "_" are partials, NOTES.txt is skipped, empty documents are dropped.
 //
+// --print-values prints the coalesced .Values as JSON instead.
 // Output: the manifests as `helm template` prints them ("---\n# Source: chart/templates/x"), or
 // with --output json a JSON array [{"source": ..., "object": {...}}, ...] where every document has
 // been parsed as YAML (a document that does not parse is an error, as it is for kubectl).
@@ -374,6 +375,7 @@ type options struct {
 	apiVersions  multiFlag
 	kubeVersion  string
 	outputFormat string
+	printValues  bool
 }
 
 type document struct {
@@ -402,6 +404,10 @@ func render(o options) (string, []document, error) {
 		if err := applySet(values, s); err != nil {
 			return "", nil, err
 		}
+	}
+	if o.printValues {
+		b, err := json.MarshalIndent(values, "", " ")
+		return string(b) + "\n", nil, err
 	}
 
 	// Files (everything outside templates/), and the templates.
@@ -533,6 +539,7 @@ func main() {
 	flag.Var(&o.apiVersions, "api-versions", "extra API versions the cluster offers (repeatable)")
 	flag.StringVar(&o.kubeVersion, "kube-version", "v1.29.0", "Kubernetes version")
 	flag.StringVar(&o.outputFormat, "output", "yaml", "yaml (as helm template) or json")
+	flag.BoolVar(&o.printValues, "print-values", false, "print the coalesced .Values as JSON and exit")
 	flag.Parse()
 	if o.chartDir == "" {
 		fmt.Fprintln(os.Stderr, "helmrender: --chart DIR is required")
@@ -543,7 +550,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "helmrender: Error:", err)
 		os.Exit(1)
 	}
-	if o.outputFormat == "json" {
+	if o.outputFormat == "json" && !o.printValues {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", " ")
 		if docs == nil {
