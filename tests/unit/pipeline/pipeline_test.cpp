@@ -1,0 +1,111 @@
+// The pipeline on hand-built capture pieces: roles and what opaque object-store cycles count as.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "pipeline/pipeline.h"
+
+using namespace fc;
+
+namespace {
+
+const std::uint8_t kHandshake[] = {0x16, 0x03, 0x01, 0x02, 0x00};
+const std::uint8_t kAppData[] = {0x17, 0x03, 0x03, 0x40, 0x00};
+
+// Feeds one call of `length` bytes whose first bytes are `head`, keeping stream positions.
+struct Feeder {
+  pipeline::Pipeline& pipe;
+  std::uint64_t connection;
+  std::uint64_t sent = 0, received = 0;
+
+  void call(bool to_broker, std::uint64_t length, std::span<const std::uint8_t> head,
+            std::uint64_t t, std::uint32_t tid, std::string_view thread_name) {
+    std::uint64_t& position = to_broker ? received : sent;
+    const pipeline::Segment segment{position, head};
+    pipeline::Piece p;
+    p.connection = connection;
+    p.to_target = to_broker;
+    p.time_ns = t;
+    p.thread_id = tid;
+    p.thread_name = thread_name;
+    p.position = position;
+    p.length = length;
+    p.captured = std::span<const pipeline::Segment>(&segment, 1);
+    pipe.piece(p);
+    position += length;
+  }
+};
+
+struct Totals {
+  std::uint64_t bytes = 0, requests = 0, errors = 0;
+};
+
+Totals totals_of(const sensors::SensorTable& sensors, std::string_view client) {
+  Totals t;
+  sensors.for_each([&](const sensors::SensorView& s) {
+    if (s.client_id != client) return;
+    t.bytes += s.counters.remote_bytes;
+    t.requests += s.counters.requests;
+    t.errors += s.counters.errors;
+  });
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "opaque object store: uploads on non-reader threads are no reads; small answers no errors") {
+  sensors::SensorTable sensors;
+  pipeline::PipelineConfig config;
+  config.kafka_ports = {9092};
+  config.object_store_ports = {9000};
+  auto pipe =
+      pipeline::Pipeline::create(config, cost::PriceTable{}, sensors, nullptr, nullptr, nullptr);
+  REQUIRE(pipe);
+  pipeline::Pipeline& p = **pipe;
+  p.open(7, 1, 40000, 9000, "127.0.0.1");
+  Feeder f{p, 7};
+  const std::string_view reader = "remote-log-read";  // "remote-log-reader3", cut at 15 bytes
+  // Handshake (not a GET), then a PUT of an index object by an upload thread (looks like a GET
+  // from outside), then two GETs by a reader: a 64 KiB chunk and a ~100-byte index object.
+  f.call(false, 517, kHandshake, 10, 1, reader);
+  f.call(true, 4000, kHandshake, 20, 1, reader);
+  f.call(false, 700, kAppData, 30, 2, "kafka-rlm-threa");
+  f.call(true, 300, kAppData, 40, 2, "kafka-rlm-threa");
+  f.call(false, 250, kAppData, 50, 1, reader);
+  f.call(true, 16413, kAppData, 60, 1, reader);
+  f.call(true, 16413, kAppData, 61, 1, reader);
+  f.call(true, 16413, kAppData, 62, 1, reader);
+  f.call(true, 16413, kAppData, 63, 1, reader);
+  f.call(true, 450 + 29, kAppData, 64, 1, reader);  // 64 KiB + a 450-byte head in 5 records
+  f.call(false, 250, kAppData, 70, 1, reader);
+  f.call(true, 400, kAppData, 80, 1, reader);
+  p.finish(100);
+  CHECK(p.stats().opaque_connections == 1);
+  CHECK(p.stats().object_reads == 2);
+  CHECK(p.stats().opaque_cycles_not_reads == 1);
+  const Totals t = totals_of(sensors, "__unattributed__");  // no Kafka traffic: no fetch to match
+  CHECK(t.requests == 2);
+  CHECK(t.errors == 0);  // the status cannot be seen: small answers are not guessed as failures
+  CHECK(t.bytes == 65536);
+}
+
+TEST_CASE("opaque object store: without thread names every cycle counts") {
+  sensors::SensorTable sensors;
+  pipeline::PipelineConfig config;
+  config.object_store_ports = {9000};
+  auto pipe =
+      pipeline::Pipeline::create(config, cost::PriceTable{}, sensors, nullptr, nullptr, nullptr);
+  REQUIRE(pipe);
+  pipeline::Pipeline& p = **pipe;
+  p.open(7, 1, 40000, 9000, "127.0.0.1");
+  Feeder f{p, 7};
+  f.call(false, 250, kAppData, 50, 1, "");
+  f.call(true, 2000, kAppData, 60, 1, "");
+  f.call(false, 250, kAppData, 70, 2, "");
+  f.call(true, 2000, kAppData, 80, 2, "");
+  p.finish(100);
+  CHECK(p.stats().object_reads == 2);
+  CHECK(totals_of(sensors, "__unattributed__").requests == 2);
+}
