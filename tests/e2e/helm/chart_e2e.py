@@ -228,13 +228,16 @@ def main():
             for n in promnames.metric_names(expr):
                 used.setdefault(n, []).append(where)
         missing = {n: w for n, w in used.items() if n not in exposed and n not in promnames.SYNTHETIC}
+        pending = []
         if not budgets:
             for n in [n for n in missing if n.startswith("fetchcost_budget_")]:
                 print(f"note: {n} (used by {missing.pop(n)}) needs fetchcostd's budgets")
+                pending.append(n)
         if missing:
             fail(f"metric names used by the chart but not in fetchcostd's /metrics: {missing}")
-        print(f"metric names: all {len(used)} names used by the rules and the dashboard are in /metrics "
-              f"({', '.join(sorted(used))})")
+        present = sorted(n for n in used if n not in pending)
+        print(f"metric names: {len(present)} of the {len(used)} names used by the rules and the dashboard "
+              f"are in /metrics ({', '.join(present)})")
 
         # Prometheus: the rendered rules load and evaluate, the dashboard queries run.
         time.sleep(3)
@@ -261,10 +264,6 @@ def main():
         if empty:
             fail(f"dashboard queries without data: {empty}")
         print("prometheus: every dashboard query evaluates; the per-client panels have data")
-        if budgets:
-            firing = prom_api(prom_base, "/api/v1/query",
-                              query="fetchcost_budget_exceeded == 1")["result"]
-            print(f"budgets: {[r['metric'] for r in firing]} over their limit")
         print("PASS")
     finally:
         if fc and fc.poll() is None:
