@@ -114,6 +114,7 @@ class DefaultValues(unittest.TestCase):
         self.assertFalse(state.get("readOnly", False))
         self.assertEqual(v[state["name"]]["hostPath"],
                          {"path": "/var/lib/fetchcost", "type": "DirectoryOrCreate"})
+        self.assertIn("emptyDir", v[m["/tmp"]["name"]])
         cfg = m["/etc/fetchcost"]
         self.assertIs(cfg["readOnly"], True)
         self.assertEqual(v[cfg["name"]]["configMap"]["name"], "fetchcost")
