@@ -352,6 +352,33 @@ class OtherSettings(unittest.TestCase):
         self.assertEqual(json.loads(cm["data"]["config.json"])["log_dirs"], [])
         run_config_check(self, cm)
 
+    def test_extras(self):
+        docs = render({"extraEnv": [{"name": "A", "value": "1"}],
+                       "extraVolumes": [{"name": "x", "emptyDir": {}}],
+                       "extraVolumeMounts": [{"name": "x", "mountPath": "/x"}],
+                       "podLabels": {"a": "b"}, "imagePullSecrets": [{"name": "regcred"}],
+                       "podSecurityContext": {"fsGroup": 0},
+                       "securityContext": {"readOnlyRootFilesystem": False},
+                       "serviceMonitor": {"enabled": True, "namespace": "monitoring",
+                                          "metricRelabelings": [{"action": "drop", "regex": "fetchcost_sensor.*",
+                                                                 "sourceLabels": ["__name__"]}]},
+                       "prometheusRule": {"enabled": True, "namespace": "monitoring"}})
+        ds = one(docs, "DaemonSet")
+        spec = ds["spec"]["template"]["spec"]
+        self.assertEqual([e["name"] for e in container(ds)["env"]], ["POD_IP", "NODE_NAME", "A"])
+        self.assertIn("/x", mounts(ds))
+        self.assertIn("x", volumes(ds))
+        self.assertEqual(ds["spec"]["template"]["metadata"]["labels"]["a"], "b")
+        self.assertEqual(spec["imagePullSecrets"], [{"name": "regcred"}])
+        self.assertEqual(spec["securityContext"], {"fsGroup": 0})
+        self.assertIs(container(ds)["securityContext"]["readOnlyRootFilesystem"], False)
+        self.assertIs(container(ds)["securityContext"]["privileged"], True)
+        sm = one(docs, "ServiceMonitor")
+        self.assertEqual(sm["metadata"]["namespace"], "monitoring")
+        self.assertEqual(sm["spec"]["namespaceSelector"]["matchNames"], ["kafka"])
+        self.assertEqual(sm["spec"]["endpoints"][0]["metricRelabelings"][0]["action"], "drop")
+        self.assertEqual(one(docs, "PrometheusRule")["metadata"]["namespace"], "monitoring")
+
     def test_release_name_containing_chart_name(self):
         ds = one(render(name="kafka-fetchcost"), "DaemonSet")
         self.assertEqual(ds["metadata"]["name"], "kafka-fetchcost")
