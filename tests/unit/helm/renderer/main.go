@@ -215,7 +215,7 @@ func typedScalar(s string) interface{} {
 		return nil
 	}
 	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return float64(i)
+		return i // Helm's strvals: --set integers are int64 (values files give float64)
 	}
 	return s
 }
