@@ -3,8 +3,10 @@
 values files are float64 (1000000 prints as 1e+06), --set integers int64, toYaml through JSON
 (sorted keys, unindented lists), null in a values file deletes a key, missing values print as
 "", include/tpl/required, .Chart/.Release/.Files/.Capabilities/.Template, empty documents
-dropped. semantics-expected.yaml is `helm template rel fixtures/semantics -n ns
--f fixtures/semantics-override.yaml --set setInt=5 --api-versions monitoring.coreos.com/v1`."""
+dropped. semantics-expected.yaml is what `helm template rel fixtures/semantics -n ns
+-f fixtures/semantics-override.yaml --set setInt=5 --api-versions monitoring.coreos.com/v1`
+prints according to Helm 3's documented behaviour (Helm is not installable here: where it is,
+regenerate the file with it and this test holds helmrender to it)."""
 import os
 import subprocess
 import unittest
