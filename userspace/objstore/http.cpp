@@ -564,6 +564,37 @@ void HttpConnection::close(std::uint64_t timestamp_ns) {
   }
 }
 
+std::size_t HttpConnection::forget_retried(const ObjectGet& answered) {
+  Impl& m = *impl_;
+  const std::size_t before = m.pending.size();
+  std::erase_if(m.pending, [&](const PendingRequest& r) {
+    ObjectGet request;
+    request.thread_id = r.thread_id;
+    request.http_method = r.http_method;
+    request.target = r.target;
+    request.range = r.range;
+    request.request_ns = r.request_ns;
+    return is_retry_of(answered, request);
+  });
+  const std::size_t forgotten = before - m.pending.size();
+  m.stats.retried_requests += forgotten;
+  return forgotten;
+}
+
+bool is_retry_of(const ObjectGet& answered, const ObjectGet& request) {
+  auto same_range = [](const std::optional<ByteRange>& a, const std::optional<ByteRange>& b) {
+    if (a.has_value() != b.has_value()) return false;
+    return !a ||
+           (a->first == b->first && a->last == b->last && a->suffix_length == b->suffix_length);
+  };
+  return answered.status != 0 && request.status == 0 && request.response_start_ns == 0 &&
+         !answered.http_method.empty() && answered.thread_id == request.thread_id &&
+         answered.http_method == request.http_method &&
+         answered.target.bucket == request.target.bucket &&
+         answered.target.key == request.target.key && same_range(answered.range, request.range) &&
+         request.request_ns < answered.request_ns;
+}
+
 const HttpStats& HttpConnection::stats() const {
   return impl_->stats;
 }

@@ -145,7 +145,13 @@ struct HttpStats {
   std::uint64_t resyncs = 0;           // headers lost in a hole or malformed: parser resynced
   std::uint64_t orphan_responses = 0;  // responses without a matching request seen
   std::uint64_t dropped_requests = 0;  // beyond max_pipelined_requests
+  std::uint64_t retried_requests = 0;  // unanswered requests the client sent again elsewhere
 };
+
+// Whether `answered` (a completed exchange) is a retry of `request`: same thread, method, object
+// and range, written later. HTTP clients retry a request on a new connection when a kept-alive
+// one turns out closed by the server (idle timeout): the first attempt never reached the store.
+bool is_retry_of(const ObjectGet& answered, const ObjectGet& request);
 
 class HttpConnection {
  public:
@@ -162,6 +168,10 @@ class HttpConnection {
   // The connection closed: a body delimited by the close completes, others are emitted as
   // incomplete.
   void close(std::uint64_t timestamp_ns);
+  // Forgets requests still waiting for a response here that `answered` (an exchange completed on
+  // another connection) retried (is_retry_of): they are not GETs the store served, and would
+  // otherwise be reported as failed when this connection closes. Returns how many.
+  std::size_t forget_retried(const ObjectGet& answered);
   const HttpStats& stats() const;
 
  private:

@@ -416,3 +416,37 @@ TEST_CASE("full s3rver fixture split at every byte of every head and around ever
     check_against_curl(out.gets, expected);
   }
 }
+
+TEST_CASE("forget_retried: only unanswered requests of the same thread, object and range") {
+  using fc::objstore::ByteRange;
+  using fc::objstore::Direction;
+  using fc::objstore::HttpConnection;
+  using fc::objstore::ObjectGet;
+  std::vector<ObjectGet> gets;
+  HttpConnection conn(1, nullptr, {}, [&](const ObjectGet& g) { gets.push_back(g); });
+  const std::string requests =
+      "GET /b/k HTTP/1.1\r\nHost: s3\r\nRange: bytes=0-9\r\n\r\n"
+      "GET /b/k HTTP/1.1\r\nHost: s3\r\nRange: bytes=10-19\r\n\r\n";
+  conn.on_piece(Direction::kRequest, 0, requests.size(),
+                {reinterpret_cast<const std::uint8_t*>(requests.data()), requests.size()}, 10, 5);
+  ObjectGet retry;
+  retry.status = 206;
+  retry.http_method = "GET";
+  retry.thread_id = 5;
+  retry.request_ns = 20;
+  retry.target.bucket = "b";
+  retry.target.key = "k";
+  retry.range = ByteRange{0, 9, std::nullopt};
+  ObjectGet other_thread = retry;
+  other_thread.thread_id = 6;
+  CHECK(conn.forget_retried(other_thread) == 0);
+  ObjectGet earlier = retry;
+  earlier.request_ns = 5;  // written before the request: not a retry of it
+  CHECK(conn.forget_retried(earlier) == 0);
+  CHECK(conn.forget_retried(retry) == 1);
+  CHECK(conn.stats().retried_requests == 1);
+  conn.close(30);
+  REQUIRE(gets.size() == 1);  // only the 10-19 request is reported unanswered
+  CHECK(gets[0].status == 0);
+  CHECK(gets[0].range->first == 10u);
+}

@@ -109,3 +109,44 @@ TEST_CASE("opaque object store: without thread names every cycle counts") {
   CHECK(p.stats().object_reads == 2);
   CHECK(totals_of(sensors, "__unattributed__").requests == 2);
 }
+
+namespace {
+
+std::span<const std::uint8_t> bytes_of(const std::string& s) {
+  return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()};
+}
+
+}  // namespace
+
+TEST_CASE("HTTP: a request retried on another connection is not a failed GET") {
+  // A kept-alive connection the store closed while idle: the client writes its request, reads
+  // EOF, and sends it again on a new connection. The store served one GET. The first attempt
+  // stays unanswered on the old connection (its close may not even be seen before shutdown).
+  sensors::SensorTable sensors;
+  pipeline::PipelineConfig config;
+  config.object_store_ports = {9000};
+  auto pipe =
+      pipeline::Pipeline::create(config, cost::PriceTable{}, sensors, nullptr, nullptr, nullptr);
+  REQUIRE(pipe);
+  pipeline::Pipeline& p = **pipe;
+  p.open(7, 1, 40000, 9000, "127.0.0.1");
+  p.open(8, 1, 40001, 9000, "127.0.0.1");
+  Feeder stale{p, 7}, fresh{p, 8};
+  const std::string get_a = "GET /b/a HTTP/1.1\r\nHost: s3\r\nRange: bytes=0-9\r\n\r\n";
+  const std::string get_b = "GET /b/b HTTP/1.1\r\nHost: s3\r\nRange: bytes=0-9\r\n\r\n";
+  const std::string answer =
+      "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/100\r\nContent-Length: "
+      "10\r\n\r\n0123456789";
+  const std::string_view reader = "remote-log-read";
+  stale.call(false, get_a.size(), bytes_of(get_a), 10, 5, reader);
+  fresh.call(false, get_a.size(), bytes_of(get_a), 20, 5, reader);  // the retry
+  fresh.call(true, answer.size(), bytes_of(answer), 30, 5, reader);
+  // Another thread's request that was never answered nor retried: a failed GET.
+  stale.call(false, get_b.size(), bytes_of(get_b), 40, 6, reader);
+  p.finish(100);
+  CHECK(p.stats().http_retried_requests == 1);
+  const Totals t = totals_of(sensors, "__unattributed__");
+  CHECK(t.requests == 2);
+  CHECK(t.errors == 1);
+  CHECK(t.bytes == 10);
+}
