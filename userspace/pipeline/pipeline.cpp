@@ -78,6 +78,15 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     std::unique_ptr<objstore::TlsCycleEstimator> tls;
   };
   std::unordered_map<std::uint64_t, Conn> conns;
+  // Per thread, the HTTP object-store connection it last wrote a request on, and the one before:
+  // a blocking client that moves to another connection has given up on its request on the old
+  // one (a retry after a stale keep-alive connection, see objstore::is_retry_of).
+  struct HttpWriter {
+    std::uint64_t current = 0;
+    std::uint64_t previous = 0;
+  };
+  std::unordered_map<std::uint32_t, HttpWriter> http_writers;
+  std::uint64_t http_retried_requests = 0;
   // Threads that wrote on opaque object-store connections: true when named like a reader.
   std::unordered_map<std::uint32_t, bool> opaque_writers;
 
@@ -186,6 +195,7 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     // Uploads (PUT) and listings are the broker's own work, not reads a client caused.
     if (g.method == objstore::Method::kExact && g.http_method != "GET" && !g.http_method.empty())
       return;
+    if (g.method == objstore::Method::kExact && g.status != 0) forget_retried(g);
     if (g.method == objstore::Method::kEstimated) {
       auto writer = opaque_writers.find(g.thread_id);
       if (writer != opaque_writers.end() && !writer->second) {
@@ -211,6 +221,17 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
       r.segment_base_offset = g.key_fields.base_offset;
     }
     attributor.on_object_read(r);
+  }
+
+  // The request an answered exchange retried stays pending on the connection the thread wrote it
+  // on before; it was never served and must not be reported as a failed GET (at that connection's
+  // close, or at shutdown when the close was not seen).
+  void forget_retried(const objstore::ObjectGet& answered) {
+    auto writer = http_writers.find(answered.thread_id);
+    if (writer == http_writers.end() || writer->second.previous == 0) return;
+    auto conn = conns.find(writer->second.previous);
+    if (conn == conns.end() || !conn->second.http || conn->first == answered.connection) return;
+    http_retried_requests += conn->second.http->forget_retried(answered);
   }
 
   Role classify(Conn& conn, const Piece& p) {
@@ -265,6 +286,14 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
       }
       case Role::kObjectStoreHttp: {
         const auto dir = p.to_target ? objstore::Direction::kResponse : objstore::Direction::kRequest;
+        if (!p.to_target) {
+          if (http_writers.size() > 100'000) http_writers.clear();  // thread ids churned
+          HttpWriter& w = http_writers[p.thread_id];
+          if (w.current != id) {
+            w.previous = w.current;
+            w.current = id;
+          }
+        }
         for_each_run(p, [&](std::uint64_t pos, std::uint64_t len, std::span<const std::uint8_t> b) {
           conn.http->on_piece(dir, pos, len, b, p.time_ns, p.thread_id);
         });
@@ -383,6 +412,7 @@ const attribution::Counters& Pipeline::attribution_counters() const {
 PipelineStats Pipeline::stats() const {
   PipelineStats s = impl_->stats;
   s.kafka_parse_errors = impl_->decoder.counters().parse_errors;
+  s.http_retried_requests = impl_->http_retried_requests;
   return s;
 }
 

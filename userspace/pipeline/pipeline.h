@@ -63,6 +63,7 @@ struct PipelineStats {
   std::uint64_t opaque_connections = 0;
   std::uint64_t object_reads = 0;
   std::uint64_t opaque_cycles_not_reads = 0;  // estimated cycles written by non-reader threads
+  std::uint64_t http_retried_requests = 0;  // unanswered requests retried on another connection
   std::uint64_t kafka_parse_errors = 0;
   std::uint64_t http_resyncs = 0;
 };
