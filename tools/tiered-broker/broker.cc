@@ -1436,9 +1436,9 @@ void Broker::execute_fetch(std::shared_ptr<FetchPlan> plan, bool final_attempt) 
   std::string client_id = plan->req.client_id;
   for (auto* part : remote_parts) {
     stat_remote_reads_++;
-    remote_tasks_.push([this, plan, part, client_id] {
-      ReadResult res = log_->read_remote(*part->topic, *part->partition, part->fetch_offset,
-                                         part->result.length);
+    uint64_t limit = part->result.length;  // the reserved budget; part->result is not ours
+    remote_tasks_.push([this, plan, part, client_id, limit] {
+      ReadResult res = log_->read_remote(*part->topic, *part->partition, part->fetch_offset, limit);
       bool late;
       bool complete;
       {

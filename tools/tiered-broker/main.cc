@@ -217,6 +217,7 @@ int main(int argc, char** argv) {
     for (auto& t : store.topics()) {
       nlohmann::json parts = nlohmann::json::array();
       for (auto& p : t->partitions) {
+        std::lock_guard lock(p->append_mu);  // the appender grows the active segment
         nlohmann::json segs = nlohmann::json::array();
         for (auto& s : p->segments)
           segs.push_back({{"base_offset", s->base_offset},
