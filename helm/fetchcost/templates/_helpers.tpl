@@ -106,7 +106,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "fetchcost.budgetAlertEnabled" -}}
 {{- $setting := .Values.prometheusRule.alerts.budgetExceeded.enabled }}
 {{- if eq (toString $setting) "auto" }}
-{{- $budgets := default dict .Values.extraConfig.budgets }}
+{{- $budgets := mergeOverwrite (deepCopy (default dict .Values.config.budgets)) (deepCopy (default dict .Values.extraConfig.budgets)) }}
 {{- if $budgets.limits }}true{{ end }}
 {{- else if $setting }}true
 {{- end }}

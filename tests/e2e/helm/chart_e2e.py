@@ -173,7 +173,7 @@ def main():
             # a tiny budget for the scanner and one for a group: fetchcost_budget_* get samples
             "extraConfig": {"budgets": {"limits": [{"client_id": "scanner-kcat", "per_hour": 1e-9},
                                                    {"group_id": "analytics", "per_hour": 1000}],
-                                        "window_seconds": 5}},
+                                        "window_seconds": 5}},  # merged into config
             "prometheusRule": {"enabled": True},
         }
         docs, fc, fc_log = start_fetchcostd(args, workdir, values)

@@ -302,6 +302,11 @@ class OtherSettings(unittest.TestCase):
                       "extraConfig": {"budgets": budgets}})
         self.assertNotIn("FetchcostBudgetExceeded",
                          [r["alert"] for r in one(off, "PrometheusRule")["spec"]["groups"][0]["rules"]])
+        in_config = render({"prometheusRule": {"enabled": True}, "config": {"budgets": budgets}})
+        self.assertIn("FetchcostBudgetExceeded",
+                      [r["alert"] for r in one(in_config, "PrometheusRule")["spec"]["groups"][0]["rules"]])
+        self.assertEqual(json.loads(config_map(in_config, "fetchcost")["data"]["config.json"])["budgets"], budgets)
+        run_config_check(self, config_map(in_config, "fetchcost"))
         forced = render({"prometheusRule": {"enabled": True, "alerts": {"budgetExceeded": {"enabled": True}}}})
         self.assertIn("FetchcostBudgetExceeded",
                       [r["alert"] for r in one(forced, "PrometheusRule")["spec"]["groups"][0]["rules"]])
