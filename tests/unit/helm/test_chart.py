@@ -391,6 +391,22 @@ class OtherSettings(unittest.TestCase):
         self.assertEqual(ds["metadata"]["name"], "prod-fetchcost")
 
 
+class Notes(unittest.TestCase):
+    def notes(self, *sets):
+        cmd = [helmtest.ARGS.renderer, "--chart", helmtest.ARGS.chart, "--namespace", "kafka", "--notes"]
+        for s in sets:
+            cmd += ["--set", s]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    def test_notes_render(self):
+        self.assertIn("DaemonSet fetchcost in kafka\n(privileged)", self.notes())
+        lp = self.notes("privileged=false", "serviceMonitor.enabled=true")
+        self.assertIn("least-privilege mode: BPF, PERFMON, SYS_RESOURCE, SYS_PTRACE, DAC_READ_SEARCH", lp)
+        self.assertIn("ServiceMonitor created", lp)
+
+
 class Readme(unittest.TestCase):
     def test_every_value_is_documented(self):
         p = subprocess.run([helmtest.ARGS.renderer, "--chart", helmtest.ARGS.chart, "--print-values"],

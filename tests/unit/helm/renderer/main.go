@@ -15,7 +15,7 @@
 //   - missingkey=zero with "<no value>" removed from the output, templates whose names start
 //     with "_" are partials, NOTES.txt is skipped, empty documents are dropped.
 //
-// --print-values prints the coalesced .Values as JSON instead.
+// --print-values prints the coalesced .Values as JSON instead; --notes renders NOTES.txt.
 // Output: the manifests as `helm template` prints them ("---\n# Source: chart/templates/x"), or
 // with --output json a JSON array [{"source": ..., "object": {...}}, ...] where every document has
 // been parsed as YAML (a document that does not parse is an error, as it is for kubectl).
@@ -376,6 +376,7 @@ type options struct {
 	kubeVersion  string
 	outputFormat string
 	printValues  bool
+	notes        bool
 }
 
 type document struct {
@@ -471,7 +472,7 @@ func render(o options) (string, []document, error) {
 	var docs []document
 	for _, t := range templates {
 		base := path.Base(t.name)
-		if strings.HasPrefix(base, "_") || base == "NOTES.txt" {
+		if strings.HasPrefix(base, "_") || (base == "NOTES.txt") != o.notes {
 			continue
 		}
 		data := map[string]interface{}{
@@ -484,6 +485,10 @@ func render(o options) (string, []document, error) {
 			return "", nil, err
 		}
 		text := strings.ReplaceAll(buf.String(), "<no value>", "")
+		if o.notes {
+			out.WriteString(text)
+			continue
+		}
 		for _, part := range splitDocuments(text) {
 			if strings.TrimSpace(stripComments(part)) == "" {
 				continue
@@ -540,6 +545,7 @@ func main() {
 	flag.StringVar(&o.kubeVersion, "kube-version", "v1.29.0", "Kubernetes version")
 	flag.StringVar(&o.outputFormat, "output", "yaml", "yaml (as helm template) or json")
 	flag.BoolVar(&o.printValues, "print-values", false, "print the coalesced .Values as JSON and exit")
+	flag.BoolVar(&o.notes, "notes", false, "render templates/NOTES.txt (as helm install prints it) instead")
 	flag.Parse()
 	if o.chartDir == "" {
 		fmt.Fprintln(os.Stderr, "helmrender: --chart DIR is required")
@@ -550,7 +556,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "helmrender: Error:", err)
 		os.Exit(1)
 	}
-	if o.outputFormat == "json" && !o.printValues {
+	if o.outputFormat == "json" && !o.printValues && !o.notes {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", " ")
 		if docs == nil {
