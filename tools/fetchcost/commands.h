@@ -10,3 +10,4 @@ void add_decode_command(CLI::App& app);
 void add_top_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_status_command(CLI::App& app);
+void add_replay_command(CLI::App& app);

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   add_top_command(app);
   add_report_command(app);
   add_status_command(app);
+  add_replay_command(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

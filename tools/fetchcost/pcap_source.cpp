@@ -167,7 +167,41 @@ std::string PcapSource::describe(std::uint64_t connection) const {
   return connection < impl_->names.size() ? impl_->names[connection] : "";
 }
 
+namespace {
+
+// The Kafka decoder as a flow sink: clients send requests, the broker answers.
+class DecoderSink : public FlowSink {
+ public:
+  explicit DecoderSink(kafka::Decoder& decoder) : decoder_(decoder) {}
+  void open(std::uint64_t connection, std::uint64_t ns, const FlowEnds&, bool from_start) override {
+    if (from_start) decoder_.open(connection, ns);
+  }
+  void data(std::uint64_t connection, bool from_client, std::uint64_t ns, std::uint64_t pos,
+            std::uint64_t length, std::span<const std::uint8_t> captured) override {
+    decoder_.data(connection, from_client ? kafka::Direction::kRequest : kafka::Direction::kResponse,
+                  ns, pos, length, captured);
+  }
+  void close(std::uint64_t connection, std::uint64_t ns) override { decoder_.close(connection, ns); }
+  void end(std::uint64_t ns) override { decoder_.close_all(ns); }
+
+ private:
+  kafka::Decoder& decoder_;
+};
+
+std::string ip_text(const Endpoint& e) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  inet_ntop(e.v6 ? AF_INET6 : AF_INET, e.addr.data(), buf, sizeof buf);
+  return buf;
+}
+
+}  // namespace
+
 Result<PcapStats> PcapSource::run(kafka::Decoder& decoder) {
+  DecoderSink sink(decoder);
+  return run(sink);
+}
+
+Result<PcapStats> PcapSource::run(FlowSink& decoder) {
   char errbuf[PCAP_ERRBUF_SIZE] = {};
   pcap_t* pcap = pcap_open_offline_with_tstamp_precision(impl_->options.path.c_str(),
                                                          PCAP_TSTAMP_PRECISION_NANO, errbuf);
@@ -232,7 +266,8 @@ Result<PcapStats> PcapSource::run(kafka::Decoder& decoder) {
       flow.connection = impl_->next_connection++;
       impl_->names.push_back(client.str() + "->" + broker.str());
       it = impl_->flows.emplace(key, flow).first;
-      if (syn) decoder.open(flow.connection, ns);
+      decoder.open(flow.connection, ns,
+                   FlowEnds{ip_text(client), client.port, ip_text(broker), broker.port}, syn);
     }
     Flow& flow = it->second;
     SeqMap& seq = to_broker ? flow.requests : flow.responses;
@@ -247,9 +282,8 @@ Result<PcapStats> PcapSource::run(kafka::Decoder& decoder) {
       if (seq.position(pkt.seq, &pos)) {
         if (pkt.captured < pkt.length) ++stats.truncated_segments;
         stats.payload_bytes += pkt.length;
-        decoder.data(flow.connection,
-                     to_broker ? kafka::Direction::kRequest : kafka::Direction::kResponse, ns, pos,
-                     pkt.length, {pkt.payload, pkt.captured});
+        decoder.data(flow.connection, to_broker, ns, pos, pkt.length,
+                     {pkt.payload, pkt.captured});
       }
     }
     if (pkt.flags & kRst) {
@@ -265,7 +299,7 @@ Result<PcapStats> PcapSource::run(kafka::Decoder& decoder) {
   }
   std::string error = rc == -1 ? pcap_geterr(pcap) : "";
   pcap_close(pcap);
-  decoder.close_all(last_ns);
+  decoder.end(last_ns);
   if (!error.empty()) return make_error("error reading " + impl_->options.path + ": " + error);
   return stats;
 }

@@ -32,6 +32,8 @@ struct PipelineConfig {
   // of these count as reads: uploads (PUT of segments, indexes, manifests) run on other threads
   // and look like GETs from the outside. Kernel thread names are cut at 15 bytes. Empty: all.
   std::vector<std::string> opaque_reader_threads = {"remote-log-read", "ForkJoinPool"};
+  // Times are unix nanoseconds (a pcap) rather than CLOCK_MONOTONIC (the live capture).
+  bool unix_timestamps = false;
 };
 
 enum class Role : std::uint8_t { kUnknown, kKafka, kObjectStoreHttp, kObjectStoreOpaque, kOther };
