@@ -5,6 +5,7 @@ fetchcostd's own parsers (helm_config_check)."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -389,6 +390,32 @@ class OtherSettings(unittest.TestCase):
         self.assertEqual(ds["metadata"]["name"], "kafka-fetchcost")
         ds = one(render(name="prod"), "DaemonSet")
         self.assertEqual(ds["metadata"]["name"], "prod-fetchcost")
+
+
+@unittest.skipUnless(shutil.which("helm"), "helm is not installed (not packaged in Debian)")
+class RealHelm(unittest.TestCase):
+    """Where Helm is installed: helm lint passes and `helm template` renders the same objects."""
+
+    def helm_template(self, values):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "values.json")
+            with open(path, "w") as f:
+                json.dump(values, f)
+            p = subprocess.run(["helm", "template", "fetchcost", helmtest.ARGS.chart, "--namespace", "kafka",
+                                "-f", path], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            lint = subprocess.run(["helm", "lint", helmtest.ARGS.chart, "-f", path], capture_output=True, text=True)
+            self.assertEqual(lint.returncode, 0, lint.stdout + lint.stderr)
+        p = subprocess.run([helmtest.ARGS.renderer, "--yaml-to-json"], input=p.stdout,
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return sorted((d["object"] for d in json.loads(p.stdout)),
+                      key=lambda o: (o["kind"], o["metadata"]["name"]))
+
+    def test_same_objects_as_helmrender(self):
+        for values in ({}, NON_DEFAULT):
+            ours = sorted(objects(render(values)), key=lambda o: (o["kind"], o["metadata"]["name"]))
+            self.assertEqual(self.helm_template(values), ours)
 
 
 class Notes(unittest.TestCase):

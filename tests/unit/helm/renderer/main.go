@@ -27,6 +27,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -377,6 +378,7 @@ type options struct {
 	outputFormat string
 	printValues  bool
 	notes        bool
+	yamlToJSON   bool
 }
 
 type document struct {
@@ -510,6 +512,29 @@ func render(o options) (string, []document, error) {
 	return out.String(), docs, nil
 }
 
+// parseManifests parses "---"-separated manifests with their "# Source:" comments.
+func parseManifests(text string) ([]document, error) {
+	docs := []document{}
+	for _, part := range splitDocuments(text) {
+		if strings.TrimSpace(stripComments(part)) == "" {
+			continue
+		}
+		source := ""
+		for _, line := range strings.Split(part, "\n") {
+			if strings.HasPrefix(line, "# Source: ") {
+				source = strings.TrimPrefix(line, "# Source: ")
+				break
+			}
+		}
+		var obj interface{}
+		if err := yaml.Unmarshal([]byte(part), &obj); err != nil {
+			return nil, fmt.Errorf("%s: not valid YAML: %v", source, err)
+		}
+		docs = append(docs, document{Source: source, Object: jsonCompatible(obj)})
+	}
+	return docs, nil
+}
+
 func splitDocuments(text string) []string {
 	var parts []string
 	var cur []string
@@ -546,7 +571,24 @@ func main() {
 	flag.StringVar(&o.outputFormat, "output", "yaml", "yaml (as helm template) or json")
 	flag.BoolVar(&o.printValues, "print-values", false, "print the coalesced .Values as JSON and exit")
 	flag.BoolVar(&o.notes, "notes", false, "render templates/NOTES.txt (as helm install prints it) instead")
+	flag.BoolVar(&o.yamlToJSON, "yaml-to-json", false,
+		"read manifests (e.g. real `helm template` output) on stdin and print them as --output json does")
 	flag.Parse()
+	if o.yamlToJSON {
+		data, err := io.ReadAll(os.Stdin)
+		if err == nil {
+			var docs []document
+			docs, err = parseManifests(string(data))
+			if err == nil {
+				err = json.NewEncoder(os.Stdout).Encode(docs)
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helmrender:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if o.chartDir == "" {
 		fmt.Fprintln(os.Stderr, "helmrender: --chart DIR is required")
 		os.Exit(2)
