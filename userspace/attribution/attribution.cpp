@@ -76,7 +76,6 @@ struct Attributor::Impl {
   std::unordered_map<std::uint32_t, Affinity> by_thread;
   std::unordered_map<std::uint64_t, std::string> peers;
   std::uint64_t latest_ns = 0;        // the newest time seen in any input
-  bool retain_answered = false;       // expect_estimates() was called
   std::vector<ObjectRead> estimates;  // estimated reads not settled yet (no views inside)
 
   Impl(Sink& s, const LocalTier* t, Options o) : sink(s), tier(t), options(o) {}
@@ -211,6 +210,12 @@ struct Attributor::Impl {
     ++counters.fetches_tracked;
   }
 
+  // DESIGN: the GET started before the fetch's response was sent. Usually it is decided before
+  // the response too; a failed GET may only be known later (a close, a retry, a given-up request).
+  static bool before_answer(const PendingFetch& fetch, const ObjectRead& read) {
+    return fetch.answered_ns == 0 || read.start_ns < fetch.answered_ns;
+  }
+
   // Finds the fetch and partition an exact read belongs to.
   std::optional<Affinity> match_exact(const ObjectRead& read) {
     auto matches = [&](const PendingPartition& part) {
@@ -221,7 +226,7 @@ struct Attributor::Impl {
     if (auto it = by_thread.find(read.thread_id); it != by_thread.end()) {
       const Affinity& a = it->second;
       if (matches(a.fetch->parts[a.part]) && a.fetch->request_ns <= read.start_ns &&
-          a.fetch->answered_ns == 0)
+          before_answer(*a.fetch, read))
         return a;
     }
     const std::vector<FetchIt>* bucket = nullptr;
@@ -237,7 +242,7 @@ struct Attributor::Impl {
     std::optional<Affinity> best;
     bool best_idle = false;
     for (FetchIt fetch : *bucket) {  // bucket is in arrival order
-      if (fetch->request_ns > read.start_ns || fetch->answered_ns != 0) continue;
+      if (fetch->request_ns > read.start_ns || !before_answer(*fetch, read)) continue;
       for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
         const auto& part = fetch->parts[i];
         if (!matches(part)) continue;
@@ -388,12 +393,12 @@ void Attributor::on_exchange(const kafka::Exchange& exchange) {
   if (fetch == impl_->fetches.end()) return;
   if (exchange.response_seen) {
     impl_->record_response(*fetch, exchange);
-    if (!impl_->retain_answered) {
+    if (impl_->options.answered_retain_ns == 0) {
       impl_->finish(fetch);
       return;
     }
-    // Kept for estimated reads still to come; no longer found by its correlation id (the client
-    // may reuse it) and no longer taking exact reads (DESIGN: response not yet sent).
+    // Kept for reads known late (estimated cycles, failed GETs), matched by time; no longer found
+    // by its correlation id (the client may reuse it).
     fetch->answered_ns = std::max<std::uint64_t>(
         exchange.response_start_ns ? exchange.response_start_ns : impl_->latest_ns, 1);
     impl_->unindex_request(fetch);
@@ -421,9 +426,7 @@ void Attributor::on_object_read(const ObjectRead& read) {
   impl_->settle(impl_->latest_ns);
 }
 
-void Attributor::expect_estimates() {
-  impl_->retain_answered = true;
-}
+void Attributor::expect_estimates() {}
 
 void Attributor::close_connection(std::uint64_t connection, std::uint64_t now_ns) {
   for (auto& fetch : impl_->fetches) {

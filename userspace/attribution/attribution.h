@@ -120,9 +120,10 @@ struct Options {
   // Estimated reads are decided this long after they ended: by then the responses of the fetches
   // around them are known (which fetches really read remotely, and when they answered).
   std::uint64_t estimate_settle_ns = 300'000'000ull;
-  // With opaque object-store connections (expect_estimates()), an answered fetch stays matchable
-  // for this long by estimated reads that ended before its answer: an opaque cycle is only known
-  // complete when its connection is reused or goes quiet, typically after the fetch answered.
+  // An answered fetch stays matchable this long by reads that started before its answer (estimated
+  // ones must also have ended before it): an opaque cycle is only known complete when its
+  // connection is reused or goes quiet, and a failed GET when its client gives up on it — both
+  // typically after the fetch answered. 0: answered fetches finish at once.
   std::uint64_t answered_retain_ns = 2'000'000'000ull;
 };
 
@@ -140,7 +141,7 @@ class Attributor {
   // Exact reads are attributed at once; estimated ones once settled (Options::estimate_settle_ns,
   // or expire()). `read.object_key`/topic views need not outlive the call for estimated reads.
   void on_object_read(const ObjectRead& read);
-  // Opaque object-store connections exist: answered fetches are kept for estimated reads.
+  // Opaque object-store connections exist (kept for callers: answered fetches are kept anyway).
   void expect_estimates();
   // The client went away. Its pending fetches stay matchable for Options::closed_grace_ns: the
   // broker finishes a remote read it started even when nobody will receive the answer.

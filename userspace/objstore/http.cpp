@@ -564,35 +564,63 @@ void HttpConnection::close(std::uint64_t timestamp_ns) {
   }
 }
 
-std::size_t HttpConnection::forget_retried(const ObjectGet& answered) {
+namespace {
+
+ObjectGet as_get(const PendingRequest& r) {
+  ObjectGet request;
+  request.thread_id = r.thread_id;
+  request.http_method = r.http_method;
+  request.target = r.target;
+  request.range = r.range;
+  request.request_ns = r.request_ns;
+  return request;
+}
+
+}  // namespace
+
+std::optional<ObjectGet> HttpConnection::newest_pending() const {
+  if (impl_->pending.empty()) return std::nullopt;
+  ObjectGet get = as_get(impl_->pending.back());
+  get.connection = impl_->connection;
+  return get;
+}
+
+bool HttpConnection::has_pending() const {
+  return !impl_->pending.empty();
+}
+
+void HttpConnection::abandon(std::uint32_t thread_id, std::uint64_t timestamp_ns) {
+  Impl& m = *impl_;
+  // A response in progress was paired with its request already: only unanswered ones remain.
+  for (auto it = m.pending.begin(); it != m.pending.end();) {
+    if (it->thread_id != thread_id) {
+      ++it;
+      continue;
+    }
+    m.emit_unanswered(*it, timestamp_ns);
+    it = m.pending.erase(it);
+  }
+}
+
+std::size_t HttpConnection::forget_retried(const ObjectGet& retry) {
   Impl& m = *impl_;
   const std::size_t before = m.pending.size();
-  std::erase_if(m.pending, [&](const PendingRequest& r) {
-    ObjectGet request;
-    request.thread_id = r.thread_id;
-    request.http_method = r.http_method;
-    request.target = r.target;
-    request.range = r.range;
-    request.request_ns = r.request_ns;
-    return is_retry_of(answered, request);
-  });
+  std::erase_if(m.pending, [&](const PendingRequest& r) { return is_retry_of(retry, as_get(r)); });
   const std::size_t forgotten = before - m.pending.size();
   m.stats.retried_requests += forgotten;
   return forgotten;
 }
 
-bool is_retry_of(const ObjectGet& answered, const ObjectGet& request) {
+bool is_retry_of(const ObjectGet& retry, const ObjectGet& request) {
   auto same_range = [](const std::optional<ByteRange>& a, const std::optional<ByteRange>& b) {
     if (a.has_value() != b.has_value()) return false;
     return !a ||
            (a->first == b->first && a->last == b->last && a->suffix_length == b->suffix_length);
   };
-  return answered.status != 0 && request.status == 0 && request.response_start_ns == 0 &&
-         !answered.http_method.empty() && answered.thread_id == request.thread_id &&
-         answered.http_method == request.http_method &&
-         answered.target.bucket == request.target.bucket &&
-         answered.target.key == request.target.key && same_range(answered.range, request.range) &&
-         request.request_ns < answered.request_ns;
+  return request.status == 0 && request.response_start_ns == 0 && !retry.http_method.empty() &&
+         retry.thread_id == request.thread_id && retry.http_method == request.http_method &&
+         retry.target.bucket == request.target.bucket && retry.target.key == request.target.key &&
+         same_range(retry.range, request.range) && request.request_ns < retry.request_ns;
 }
 
 const HttpStats& HttpConnection::stats() const {

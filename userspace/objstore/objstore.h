@@ -148,10 +148,10 @@ struct HttpStats {
   std::uint64_t retried_requests = 0;  // unanswered requests the client sent again elsewhere
 };
 
-// Whether `answered` (a completed exchange) is a retry of `request`: same thread, method, object
-// and range, written later. HTTP clients retry a request on a new connection when a kept-alive
-// one turns out closed by the server (idle timeout): the first attempt never reached the store.
-bool is_retry_of(const ObjectGet& answered, const ObjectGet& request);
+// Whether `retry` is a retry of the unanswered `request`: same thread, method, object and range,
+// written later. HTTP clients retry a request on a new connection when a kept-alive one turns out
+// closed by the server (idle timeout): the client counts one GET, whatever the attempts.
+bool is_retry_of(const ObjectGet& retry, const ObjectGet& request);
 
 class HttpConnection {
  public:
@@ -168,10 +168,16 @@ class HttpConnection {
   // The connection closed: a body delimited by the close completes, others are emitted as
   // incomplete.
   void close(std::uint64_t timestamp_ns);
-  // Forgets requests still waiting for a response here that `answered` (an exchange completed on
-  // another connection) retried (is_retry_of): they are not GETs the store served, and would
-  // otherwise be reported as failed when this connection closes. Returns how many.
-  std::size_t forget_retried(const ObjectGet& answered);
+  // Forgets requests still waiting for a response here that `retry` (a request written on another
+  // connection) retried (is_retry_of): one GET, not one per attempt. Returns how many.
+  std::size_t forget_retried(const ObjectGet& retry);
+  // The newest request still waiting for its response, if any (method, target, range, time,
+  // thread filled; status 0).
+  std::optional<ObjectGet> newest_pending() const;
+  // `thread_id` writes elsewhere now: a blocking client has given up on its requests still
+  // waiting here; they are emitted as unanswered (status 0) at `timestamp_ns`.
+  void abandon(std::uint32_t thread_id, std::uint64_t timestamp_ns);
+  bool has_pending() const;
   const HttpStats& stats() const;
 
  private:

@@ -87,6 +87,14 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
   };
   std::unordered_map<std::uint32_t, HttpWriter> http_writers;
   std::uint64_t http_retried_requests = 0;
+  // HTTP connections closed with requests unanswered: kept a moment, as their client may retry them
+  // elsewhere (one GET, not two); closed for good after kClosingHoldNs or at finish().
+  struct Closing {
+    std::unique_ptr<objstore::HttpConnection> http;
+    std::uint64_t closed_ns = 0;
+  };
+  std::unordered_map<std::uint64_t, Closing> closing;
+  static constexpr std::uint64_t kClosingHoldNs = 1'000'000'000;
   // Threads that wrote on opaque object-store connections: true when named like a reader.
   std::unordered_map<std::uint32_t, bool> opaque_writers;
 
@@ -195,7 +203,6 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     // Uploads (PUT) and listings are the broker's own work, not reads a client caused.
     if (g.method == objstore::Method::kExact && g.http_method != "GET" && !g.http_method.empty())
       return;
-    if (g.method == objstore::Method::kExact && g.status != 0) forget_retried(g);
     if (g.method == objstore::Method::kEstimated) {
       auto writer = opaque_writers.find(g.thread_id);
       if (writer != opaque_writers.end() && !writer->second) {
@@ -223,15 +230,37 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     attributor.on_object_read(r);
   }
 
-  // The request an answered exchange retried stays pending on the connection the thread wrote it
-  // on before; it was never served and must not be reported as a failed GET (at that connection's
-  // close, or at shutdown when the close was not seen).
-  void forget_retried(const objstore::ObjectGet& answered) {
-    auto writer = http_writers.find(answered.thread_id);
+  objstore::HttpConnection* http_of(std::uint64_t id) {
+    if (auto c = conns.find(id); c != conns.end() && c->second.http) return c->second.http.get();
+    if (auto c = closing.find(id); c != closing.end()) return c->second.http.get();
+    return nullptr;
+  }
+
+  // A thread wrote a request on `id` after writing on another HTTP connection before. A blocking
+  // client (a reader thread: one request at a time) has left its request there: a retry of it
+  // (same object and range; the old connection was stale) makes one GET with this one, and any
+  // other is given up (unanswered, a failed GET) now rather than when, or if, its close is seen.
+  void moved_on(std::uint64_t id, std::uint32_t thread_id, std::string_view thread_name,
+                std::uint64_t time_ns) {
+    auto writer = http_writers.find(thread_id);
     if (writer == http_writers.end() || writer->second.previous == 0) return;
-    auto conn = conns.find(writer->second.previous);
-    if (conn == conns.end() || !conn->second.http || conn->first == answered.connection) return;
-    http_retried_requests += conn->second.http->forget_retried(answered);
+    objstore::HttpConnection* old = http_of(writer->second.previous);
+    objstore::HttpConnection* now = http_of(id);
+    if (!old || !now || old == now) return;
+    if (auto request = now->newest_pending(); request && request->thread_id == thread_id)
+      http_retried_requests += old->forget_retried(*request);
+    if (reader_thread_name(thread_name)) old->abandon(thread_id, time_ns);
+  }
+
+  void expire_closing(std::uint64_t now, bool all) {
+    for (auto it = closing.begin(); it != closing.end();) {
+      if (all || now >= it->second.closed_ns + kClosingHoldNs) {
+        it->second.http->close(it->second.closed_ns);
+        it = closing.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
 
   Role classify(Conn& conn, const Piece& p) {
@@ -286,17 +315,20 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
       }
       case Role::kObjectStoreHttp: {
         const auto dir = p.to_target ? objstore::Direction::kResponse : objstore::Direction::kRequest;
+        bool moved = false;
         if (!p.to_target) {
           if (http_writers.size() > 100'000) http_writers.clear();  // thread ids churned
           HttpWriter& w = http_writers[p.thread_id];
           if (w.current != id) {
             w.previous = w.current;
             w.current = id;
+            moved = w.previous != 0;
           }
         }
         for_each_run(p, [&](std::uint64_t pos, std::uint64_t len, std::span<const std::uint8_t> b) {
           conn.http->on_piece(dir, pos, len, b, p.time_ns, p.thread_id);
         });
+        if (moved) moved_on(id, p.thread_id, p.thread_name, p.time_ns);
         break;
       }
       case Role::kObjectStoreOpaque: {
@@ -375,7 +407,13 @@ void Pipeline::close(std::uint64_t connection, std::uint64_t time_ns) {
     impl_->decoder.close(connection, time_ns);
     impl_->attributor.close_connection(connection, time_ns);
   }
-  if (conn.http) conn.http->close(time_ns);
+  if (conn.http && conn.http->has_pending()) {
+    auto& held = impl_->closing[connection];
+    if (held.http) held.http->close(held.closed_ns);  // the id was reused meanwhile
+    held = {std::move(conn.http), time_ns};
+  } else if (conn.http) {
+    conn.http->close(time_ns);
+  }
   if (conn.tls) conn.tls->close();
   impl_->conns.erase(it);
 }
@@ -387,6 +425,7 @@ void Pipeline::tick(std::uint64_t now_ns) {
   // Cycles that went quiet first, so that expire() can settle them with the fetches they belong to.
   for (auto& [id, conn] : impl_->conns)
     if (conn.tls) conn.tls->flush_if_idle(now_ns, 50'000'000);
+  impl_->expire_closing(now_ns, false);
   impl_->attributor.expire(now_ns);
   impl_->sensors.expire_idle(now_ns);
 }
@@ -395,6 +434,7 @@ void Pipeline::finish(std::uint64_t time_ns) {
   std::vector<std::uint64_t> ids;
   for (const auto& [id, conn] : impl_->conns) ids.push_back(id);
   for (std::uint64_t id : ids) close(id, time_ns);
+  impl_->expire_closing(time_ns, true);
   impl_->decoder.close_all(time_ns);
   impl_->attributor.expire(~0ull);
 }

@@ -150,3 +150,45 @@ TEST_CASE("HTTP: a request retried on another connection is not a failed GET") {
   CHECK(t.errors == 1);
   CHECK(t.bytes == 10);
 }
+
+TEST_CASE(
+    "HTTP: a reader that moves on gives up its request; a closed connection's retried request") {
+  sensors::SensorTable sensors;
+  pipeline::PipelineConfig config;
+  config.object_store_ports = {9000};
+  auto pipe =
+      pipeline::Pipeline::create(config, cost::PriceTable{}, sensors, nullptr, nullptr, nullptr);
+  REQUIRE(pipe);
+  pipeline::Pipeline& p = **pipe;
+  p.open(7, 1, 40000, 9000, "127.0.0.1");
+  p.open(8, 1, 40001, 9000, "127.0.0.1");
+  p.open(9, 1, 40002, 9000, "127.0.0.1");
+  Feeder a{p, 7}, b{p, 8}, c{p, 9};
+  auto get = [](std::string key) {
+    return "GET /b/" + key + " HTTP/1.1\r\nHost: s3\r\nRange: bytes=0-9\r\n\r\n";
+  };
+  const std::string answer =
+      "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/100\r\nContent-Length: "
+      "10\r\n\r\n0123456789";
+  const std::string_view reader = "remote-log-read";
+  // Thread 5 gives up on x (no retry) and reads y elsewhere: x is a failed GET, seen now.
+  const std::string x = get("x"), y = get("y"), z = get("z");
+  a.call(false, x.size(), bytes_of(x), 10, 5, reader);
+  b.call(false, y.size(), bytes_of(y), 20, 5, reader);
+  b.call(true, answer.size(), bytes_of(answer), 30, 5, reader);
+  Totals t = totals_of(sensors, "__unattributed__");
+  CHECK(t.requests == 2);
+  CHECK(t.errors == 1);
+  // Thread 6 writes z on a connection that then closes unanswered, and retries z on another one:
+  // one GET, answered.
+  c.call(false, z.size(), bytes_of(z), 40, 6, reader);
+  p.close(9, 50);
+  b.call(false, z.size(), bytes_of(z), 60, 6, reader);
+  b.call(true, answer.size(), bytes_of(answer), 70, 6, reader);
+  p.finish(100);
+  CHECK(p.stats().http_retried_requests == 1);
+  t = totals_of(sensors, "__unattributed__");
+  CHECK(t.requests == 3);
+  CHECK(t.errors == 1);
+  CHECK(t.bytes == 20);
+}
