@@ -60,6 +60,8 @@ void run_command(const std::string& command, const std::vector<std::string>& ext
     return;
   }
   if (pid == 0) {
+    // The hook must not inherit the daemon's sockets and BPF objects.
+    close_range(3, ~0u, 0);
     execve("/bin/sh", const_cast<char**>(argv), envp.data());
     _exit(127);
   }

@@ -141,7 +141,7 @@ def main():
     world = scenario.World(workdir, broker_bin=args.broker)
     hook_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
     threading.Thread(target=hook_server.serve_forever, daemon=True).start()
-    fc = tmux = None
+    fc = tmux = prom = None
     try:
         world.start()
         info = world.info
@@ -179,6 +179,16 @@ def main():
                 return False
         wait_for("fetchcostd ready", ready, 30, 0.2)
         world.start_tenants()
+        prom_port = free_port() if shutil.which("prometheus") else None
+        if prom_port:  # for top --prometheus: a real server scraping fetchcostd every second
+            with open(os.path.join(workdir, "prometheus.yml"), "w") as f:
+                f.write("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: fetchcost\n"
+                        f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")
+            prom = subprocess.Popen(["prometheus", f"--config.file={workdir}/prometheus.yml",
+                                     f"--storage.tsdb.path={workdir}/tsdb",
+                                     f"--web.listen-address=127.0.0.1:{prom_port}"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
 
         def scanner_reading():
             rows = get_json(base + "/api/v1/clients")["sensors"]
@@ -286,6 +296,16 @@ def main():
             if not any(c.startswith("# totals cost_per_hour=") for c in comments):
                 fail(f"--once lacks the totals comment: {comments}")
         print("--once: ok", [(r["client_id"], r["cost_per_hour"]) for r in outs[0][1]])
+        if prom_port:
+            r = subprocess.run([args.fetchcost, "top", "--once", "--interval", "2", "--prometheus",
+                                f"http://127.0.0.1:{prom_port}"], capture_output=True, text=True,
+                               timeout=30)
+            if r.returncode != 0:
+                fail(f"top --prometheus failed: {r.stderr}")
+            comments, rows = parse_once(r.stdout)
+            if not any(x["client_id"] == "scanner-kcat" and float(x["total_cost"]) > 0 for x in rows):
+                fail(f"top --prometheus does not show the scanner's cost:\n{r.stdout}")
+            print("--prometheus: ok")
 
         # ---- budget: metric, command, webhook ----
         metrics = urllib.request.urlopen(base + "/metrics").read().decode()
@@ -349,6 +369,9 @@ def main():
     finally:
         if tmux:
             tmux.kill()
+        if prom:
+            os.killpg(prom.pid, signal.SIGTERM)
+            prom.wait()
         if fc and fc.poll() is None:
             fc.send_signal(signal.SIGTERM)
             try:
