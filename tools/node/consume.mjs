@@ -21,7 +21,7 @@ const topics = args.topic.split(',');
 const want = Number(args.count);
 const valueSize = args['value-size'] ? Number(args['value-size']) : null;
 const maxPart = args['partition-max-bytes'] ? Number(args['partition-max-bytes']) : undefined;
-const state = { messages: 0, bad: 0, gaps: 0, firstBad: null, partitions: {} };
+const state = { messages: 0, bad: 0, gaps: 0, redelivered: 0, firstBad: null, partitions: {} };
 
 function check(topic, partition, offset, key, value) {
   const k = `${topic}/${partition}/${offset}`;
@@ -32,7 +32,9 @@ function check(topic, partition, offset, key, value) {
     if (valueSize !== null && value.length !== Math.max(valueSize, k.length + 1)) ok = false;
   }
   const p = state.partitions[`${topic}/${partition}`] ??= { first: offset, last: null, count: 0 };
-  if (p.last !== null && offset !== p.last + 1n) state.gaps++;
+  // A skipped offset is a lost message; going back is at-least-once redelivery (allowed).
+  if (p.last !== null && offset > p.last + 1n) state.gaps++;
+  if (p.last !== null && offset <= p.last) state.redelivered++;
   p.last = offset;
   p.count++;
   state.messages++;
@@ -56,7 +58,8 @@ async function finish(code) {
     parts[k] = { first: String(v.first), last: String(v.last), count: v.count };
   const ok = code === 0 && state.bad === 0 && state.gaps === 0 && (args.forever || state.messages >= want);
   console.log(JSON.stringify({ lib: args.lib, client_id: args['client-id'], messages: state.messages,
-    bad: state.bad, gaps: state.gaps, first_bad: state.firstBad, partitions: parts, ok }));
+    bad: state.bad, gaps: state.gaps, redelivered: state.redelivered, first_bad: state.firstBad,
+    partitions: parts, ok }));
   process.exit(ok ? 0 : 1);
 }
 const timer = args.forever ? null : setTimeout(() => {

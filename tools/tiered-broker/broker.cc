@@ -1405,12 +1405,12 @@ void Broker::execute_fetch(std::shared_ptr<FetchPlan> plan, bool final_attempt) 
       budget -= int64_t(limit);
       continue;
     }
-    part.result = log_->read_local(p, part.fetch_offset, limit);
+    part.result = log_->read_local(p, part.fetch_offset, limit, part.hwm);
     total += part.result.length;
     budget -= int64_t(part.result.length);
   }
   if (remote_parts.empty()) {
-    bool enough = total >= uint64_t(std::max(plan->min_bytes, 1)) || total > 0;
+    bool enough = total >= uint64_t(std::max(plan->min_bytes, 1));  // fetch.min.bytes
     if (!enough && !final_attempt && plan->max_wait_ms > 0) {
       // Nothing to send yet: park like Kafka's DelayedFetch; answer at the deadline with what
       // exists, or as soon as the appender adds data.

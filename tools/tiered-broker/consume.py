@@ -60,7 +60,8 @@ else:
     else:
         consumer.seek_to_end()
 
-state = {"messages": 0, "bad": 0, "gaps": 0, "first_bad": None, "partitions": {}}
+state = {"messages": 0, "bad": 0, "gaps": 0, "redelivered": 0, "first_bad": None,
+         "partitions": {}}
 deadline = time.time() + a.timeout_s
 while not stop and (a.forever or time.time() < deadline) and (a.forever or a.count == 0 or
                                                               state["messages"] < a.count):
@@ -73,8 +74,11 @@ while not stop and (a.forever or time.time() < deadline) and (a.forever or a.cou
         exp += chr(97 + m.offset % 26) * max(0, size - len(exp))
         p = state["partitions"].setdefault(f"{m.topic}/{m.partition}",
                                            {"first": m.offset, "last": None, "count": 0})
-        if p["last"] is not None and m.offset != p["last"] + 1:
+        # A skipped offset is a lost message; going back is at-least-once redelivery (allowed).
+        if p["last"] is not None and m.offset > p["last"] + 1:
             state["gaps"] += 1
+        if p["last"] is not None and m.offset <= p["last"]:
+            state["redelivered"] += 1
         p["last"] = m.offset
         p["count"] += 1
         state["messages"] += 1

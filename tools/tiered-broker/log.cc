@@ -285,27 +285,33 @@ Segment* LogStore::find_segment(Partition& p, int64_t offset) {
 }
 
 // Picks whole batches from `batches` starting with the one holding `offset`.
+// Batches starting at or beyond `end_offset` (the high watermark the response reports) are left
+// out, so a response never carries records above its own high watermark.
 static bool pick_batches(const std::vector<Batch>& batches, int64_t offset, uint64_t max_bytes,
-                         uint64_t* first, uint64_t* length) {
+                         uint64_t* first, uint64_t* length, int64_t end_offset = INT64_MAX) {
   auto it = std::upper_bound(batches.begin(), batches.end(), offset,
                              [](int64_t o, const Batch& b) { return o < b.base_offset + b.count; });
-  if (it == batches.end()) return false;
+  if (it == batches.end() || it->base_offset >= end_offset) return false;
   *first = it->position;
   uint64_t end = it->position + it->size;
-  for (++it; it != batches.end() && it->position + it->size - *first <= max_bytes; ++it)
+  for (++it; it != batches.end() && it->base_offset < end_offset &&
+             it->position + it->size - *first <= max_bytes;
+       ++it)
     end = it->position + it->size;
   *length = end - *first;
   return true;
 }
 
-ReadResult LogStore::read_local(Partition& p, int64_t offset, uint64_t max_bytes) {
+ReadResult LogStore::read_local(Partition& p, int64_t offset, uint64_t max_bytes,
+                                int64_t high_watermark) {
   ReadResult r;
   Segment* s = find_segment(p, offset);
   if (!s || s->remote) return r;
   bool active = s == p.segments.back().get();
   std::unique_lock<std::mutex> lock(p.append_mu, std::defer_lock);
   if (active) lock.lock();
-  if (pick_batches(s->batches, offset, max_bytes, &r.file_offset, &r.length)) r.fd = s->fd;
+  if (pick_batches(s->batches, offset, max_bytes, &r.file_offset, &r.length, high_watermark))
+    r.fd = s->fd;
   return r;
 }
 

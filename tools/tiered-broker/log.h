@@ -108,8 +108,8 @@ class LogStore {
   const LogConfig& config() const { return config_; }
 
   // Local read: whole batches from the segment holding `offset`, at most max_bytes unless the
-  // first batch alone is larger. Caller guarantees local_log_start <= offset < high watermark.
-  ReadResult read_local(Partition& p, int64_t offset, uint64_t max_bytes);
+  // first batch alone is larger, and only batches below `high_watermark` (read by the caller).
+  ReadResult read_local(Partition& p, int64_t offset, uint64_t max_bytes, int64_t high_watermark);
   // Remote read (blocking, S3 I/O): manifest/index if not cached, then whole chunks.
   ReadResult read_remote(Topic& t, Partition& p, int64_t offset, uint64_t max_bytes);
   // Appends one deterministic batch to each partition of each topic (the steady producer).

@@ -72,7 +72,7 @@ def run_consumer(argv, timeout):
     summary = json.loads(lines[-1])
     check(out.returncode == 0 and summary["ok"],
           f"{summary['client_id']}: {summary['messages']} messages, {summary['bad']} bad, "
-          f"{summary['gaps']} gaps")
+          f"{summary['gaps']} gaps, {summary.get('redelivered', 0)} redelivered")
     return summary
 
 
