@@ -28,6 +28,8 @@ def main():
     ap.add_argument("--fetchcost", required=True)
     ap.add_argument("--broker", required=True)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--save-pcap", help="copy the capture here (with a .json of its ports and log "
+                                        "dirs copy) for tests/bench/pipeline")
     args = ap.parse_args()
     if os.geteuid() != 0:
         if os.environ.get("CI") == "true":
@@ -69,6 +71,13 @@ def main():
                  for e in ledger["entries"]}
         if not truth:
             fail("no remote reads happened: nothing to compare")
+        if args.save_pcap:
+            shutil.copy(pcap, args.save_pcap)
+            shutil.copytree(world.info["broker"]["log_dirs"], args.save_pcap + ".logs",
+                            dirs_exist_ok=True)
+            with open(args.save_pcap + ".json", "w") as f:
+                json.dump({"kafka_port": kafka_port, "object_store_port": s3_port,
+                           "log_dirs": args.save_pcap + ".logs"}, f)
         out = subprocess.run([args.fetchcost, "replay", "--pcap", pcap, "--log-dirs",
                               world.info["broker"]["log_dirs"], "--kafka-port", str(kafka_port),
                               "--object-store-port", str(s3_port)],
