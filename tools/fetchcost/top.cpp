@@ -9,7 +9,7 @@
 #include <clocale>
 #include <cstdio>
 #include <ctime>
-#include <optional>
+#include <deque>
 #include <thread>
 
 #include "api_client.h"
@@ -21,11 +21,11 @@ namespace {
 
 constexpr const char* kFlagHelp =
     "Flags:\n"
-    "  SCAN    the client read from remote storage in at least --scan-streak consecutive\n"
+    "  SCAN    the rate window showed remote reads at each of the last --scan-streak\n"
     "          refreshes: a sustained replay of tiered history, not a one-off catch-up.\n"
     "  SMALL   read amplification (object bytes read / bytes delivered) >= --small-amp:\n"
     "          its fetches are much smaller than the object chunks, so GETs are wasted.\n"
-    "  ERR     remote GETs failed during the last interval (first sample: ever).\n"
+    "  ERR     remote GETs failed within the rate window (first sample: ever).\n"
     "  EST     some of its reads were attributed by estimation (method=estimated: the\n"
     "          object-store connection was opaque TLS).\n"
     "  BUDGET  fetchcostd reports the budget of this client id or of its group exceeded.\n"
@@ -45,16 +45,17 @@ constexpr const char* kKeyHelp =
     "  q          quit\n";
 
 constexpr const char* kColumnHelp =
-    "Columns: CLIENT (client id) GROUP (consumer group) $/h (cost rate over the refresh\n"
-    "interval, scaled to an hour) COST (cost since fetchcostd started) B/s (remote bytes per\n"
-    "second) GET/s (object GETs per second) B/GET (remote bytes per GET) AMP (object bytes read\n"
-    "per byte delivered) P99 (99th percentile remote read latency from the histogram) TOPICS\n"
-    "(topics read remotely) FLAGS (see below).\n";
+    "Columns (one row per client id; rates over --window live, over --interval with --once):\n"
+    "  CLIENT client id   GROUP consumer group   $/h cost rate   COST cost since start\n"
+    "  B/s remote bytes/s   GET/s object GETs/s   B/GET remote bytes per GET\n"
+    "  AMP object bytes read per byte delivered   P99 99th pct remote read latency\n"
+    "  TPC topics read remotely   FLAGS see below\n";
 
 struct Options {
   std::string endpoint = "http://127.0.0.1:9464";
   std::string prometheus;
   double interval = 2;
+  double window = 10;
   bool once = false;
   int count = 1;
   std::string sort = "cost_per_hour";
@@ -116,7 +117,7 @@ struct Layout {
 
 Layout layout_for(int cols) {
   //             CLIENT GROUP $/h COST B/s GET/s B/GET AMP P99 TOP FLAGS
-  Layout l{{14, 8, 7, 7, 6, 5, 5, 4, 5, 3, 5}, false};
+  Layout l{{13, 8, 6, 7, 6, 5, 5, 4, 5, 3, 5}, false};
   int used = 2;  // selection marker + space
   for (int w : l.width) used += w + 1;
   int spare = cols - used;
@@ -178,6 +179,7 @@ class TopView {
       return 1;
     }
     rows_ = model_.update(nullptr, *first);
+    history_.push_back(*first);
     current_ = std::move(*first);
     next_sample_ = monotonic_seconds() + std::min(o_.interval, 1.0);  // rates soon after start
 
@@ -219,8 +221,13 @@ class TopView {
       return;
     }
     message_.clear();
-    rows_ = model_.update(&current_, *s);
-    previous_ = std::move(current_);
+    // Rates span the trailing window (at least one interval): kafka clients read in bursts, and
+    // a one-second difference flickers between zero and a peak.
+    const double window = std::max(o_.window, o_.interval);
+    while (history_.size() > 1 && history_[1].time_seconds <= s->time_seconds - window + 1e-3)
+      history_.pop_front();
+    rows_ = model_.update(&history_.front(), *s);
+    history_.push_back(*s);
     current_ = std::move(*s);
     if (mode_ == Mode::kDrill) load_recent();
   }
@@ -321,7 +328,9 @@ class TopView {
     std::tm tm{};
     localtime_r(&now, &tm);
     std::strftime(clock, sizeof(clock), "%H:%M:%S", &tm);
-    put(0, 0, "fetchcost top - " + current_.source + "  " + clock +
+    char window[32];
+    std::snprintf(window, sizeof(window), "  rates/%.0fs", std::max(o_.window, o_.interval));
+    put(0, 0, "fetchcost top - " + current_.source + window + "  " + clock +
                   (paused_ ? "  [PAUSED]" : ""), A_BOLD);
     char line[512];
     std::snprintf(line, sizeof(line), "total %s %s/h  cost %s  %s/s  %.1f GET/s  unattributed %.1f%%",
@@ -416,7 +425,7 @@ class TopView {
     put(y++, 0, "partitions read recently: " + (partitions.empty() ? std::string("-") : partitions));
     put(y++, 0, "recent objects (newest first)", A_BOLD);
     if (!recent_error_.empty()) put(y++, 0, recent_error_);
-    const std::size_t key_width = static_cast<std::size_t>(std::max(10, COLS - 9 - 7 - 10 - 3));
+    const std::size_t key_width = static_cast<std::size_t>(std::max(10, COLS - 9 - 8 - 10 - 4));
     if (recent_.is_object() && recent_.contains("reads")) {
       for (const auto& r : recent_["reads"]) {
         if (y >= LINES - 1) break;
@@ -463,7 +472,7 @@ class TopView {
   std::unique_ptr<Source> source_;
   TopModel model_;
   Snapshot current_;
-  std::optional<Snapshot> previous_;
+  std::deque<Snapshot> history_;  // samples in the rate window, oldest first
   std::vector<ClientRow> rows_;
   Column sort_ = Column::kCostRate;
   bool descending_ = true;
@@ -496,6 +505,10 @@ void add_top_command(CLI::App& app) {
   cmd->add_option("--interval", o->interval, "Seconds between samples (rates span one interval)")
       ->capture_default_str()
       ->check(CLI::Range(0.2, 3600.0));
+  cmd->add_option("--window", o->window,
+                  "Live view: rates span the trailing window of this many seconds (>= interval)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   cmd->add_flag("--once", o->once,
                 "Batch mode: sample twice --interval apart, print a plain table, exit");
   cmd->add_option("-n,--count", o->count, "With --once: print this many tables, one per interval")

@@ -250,7 +250,7 @@ constexpr ColumnInfo kColumns[] = {
     {Column::kCostRate, "$/h", "cost_per_hour"},     {Column::kTotalCost, "COST", "total_cost"},
     {Column::kBytesRate, "B/s", "bytes_per_s"},      {Column::kGetsRate, "GET/s", "gets_per_s"},
     {Column::kBytesPerGet, "B/GET", "bytes_per_get"}, {Column::kAmplification, "AMP", "read_amp"},
-    {Column::kP99, "P99", "p99_s"},                  {Column::kTopics, "TOPICS", "topics"},
+    {Column::kP99, "P99", "p99_s"},                  {Column::kTopics, "TPC", "topics"},
     {Column::kFlags, "FLAGS", "flags"},
 };
 }  // namespace
