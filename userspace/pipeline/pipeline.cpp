@@ -116,11 +116,13 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
         layout(std::move(key_layout)),
         decoder(*this),
         attributor(*this, tier) {
-    timespec mono{}, real{};
-    clock_gettime(CLOCK_MONOTONIC, &mono);
-    clock_gettime(CLOCK_REALTIME, &real);
-    wall_offset_ns = (static_cast<std::int64_t>(real.tv_sec) - mono.tv_sec) * 1'000'000'000LL +
-                     (real.tv_nsec - mono.tv_nsec);
+    if (!c.unix_timestamps) {
+      timespec mono{}, real{};
+      clock_gettime(CLOCK_MONOTONIC, &mono);
+      clock_gettime(CLOCK_REALTIME, &real);
+      wall_offset_ns = (static_cast<std::int64_t>(real.tv_sec) - mono.tv_sec) * 1'000'000'000LL +
+                       (real.tv_nsec - mono.tv_nsec);
+    }
   }
 
   std::int64_t unix_seconds(std::uint64_t t) const {
