@@ -7,7 +7,9 @@
 // one FetchDone per fetch that had remote reads (bytes delivered, remote latency).
 //
 // Rules (../shared/DESIGN.md): a GET is matched to a pending fetch for its partition (request
-// arrived before the GET started, response not yet sent, fetch offset in that segment or later).
+// arrived before the GET started, response not yet sent when the GET started, fetch offset in
+// that segment or later). Answered fetches are kept Options::answered_retain_ns for reads known
+// only later (a failed GET seen at its connection's close, opaque cycles), matched by those times.
 // A remote reader thread serves one fetch at a time, so once a thread is tied to a fetch its
 // following GETs for that partition go to the same fetch until the response is sent. Among
 // several candidates: fetches no other thread is reading first, then oldest first (the remote
