@@ -1,5 +1,7 @@
 #include "daemon/config.h"
 
+#include "pipeline/endpoints.h"
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -91,8 +93,11 @@ Result<Config> parse_config(std::string_view text) {
     r.get(doc["targets"], "cgroup", "targets.cgroup", c.cgroup);
   }
   if (doc.contains("object_store") &&
-      r.check_keys(doc["object_store"], "object_store", {"ports", "key_layout", "virtual_host_suffixes"})) {
+      r.check_keys(doc["object_store"], "object_store",
+                   {"ports", "cidrs", "hosts", "key_layout", "virtual_host_suffixes"})) {
     r.get_ports(doc["object_store"], "ports", "object_store.ports", c.object_store_ports);
+    r.get(doc["object_store"], "cidrs", "object_store.cidrs", c.object_store_cidrs);
+    r.get(doc["object_store"], "hosts", "object_store.hosts", c.object_store_hosts);
     r.get(doc["object_store"], "key_layout", "object_store.key_layout", c.key_layout);
     r.get(doc["object_store"], "virtual_host_suffixes", "object_store.virtual_host_suffixes",
           c.virtual_host_suffixes);
@@ -165,6 +170,10 @@ Result<Config> parse_config(std::string_view text) {
     if (lib != "openssl" && lib != "gnutls" && lib != "boringssl")
       return make_error("config field \"capture.tls_libraries\": unknown library \"" + lib +
                         "\" (known: openssl, boringssl, gnutls)");
+  }
+  for (const auto& cidr : c.object_store_cidrs) {
+    if (auto parsed = pipeline::parse_cidr(cidr); !parsed)
+      return make_error("config field \"object_store.cidrs\": " + parsed.error().message);
   }
   if (c.listen.find(':') == std::string::npos)
     return make_error("config field \"listen\": expected host:port, got \"" + c.listen + "\"");

@@ -5,7 +5,8 @@
 //     "listen": "127.0.0.1:9464",
 //     "targets": {"pids": [], "cmdline_match": "kafka.Kafka", "cgroup": ""},
 //     "kafka_ports": [9092],
-//     "object_store": {"ports": [443], "key_layout": "aiven", "virtual_host_suffixes": []},
+//     "object_store": {"ports": [443], "cidrs": [], "hosts": [".amazonaws.com"],
+//                      "key_layout": "aiven", "virtual_host_suffixes": []},
 //     "log_dirs": ["/var/lib/kafka/data"],
 //     "price_table": "aws-s3-standard-same-region",
 //     "sensors": {"max_sensors": 10000, "idle_expiry_seconds": 900, "partition_label": false},
@@ -38,6 +39,10 @@ struct Config {
   std::string cgroup;
   std::vector<std::uint16_t> kafka_ports = {9092};
   std::vector<std::uint16_t> object_store_ports = {443};
+  std::vector<std::string> object_store_cidrs;  // "10.0.0.0/8", "2600:1f18::/32"
+  // TLS server names (SNI) of the object store: exact or ".suffix".
+  std::vector<std::string> object_store_hosts = {".amazonaws.com", ".googleapis.com",
+                                                 ".blob.core.windows.net"};
   std::string key_layout = "aiven";
   std::vector<std::string> virtual_host_suffixes;
   std::vector<std::string> log_dirs;

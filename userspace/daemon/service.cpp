@@ -122,6 +122,8 @@ nlohmann::json config_json(const Config& c) {
           {"kafka_ports", c.kafka_ports},
           {"object_store",
            {{"ports", c.object_store_ports},
+            {"cidrs", c.object_store_cidrs},
+            {"hosts", c.object_store_hosts},
             {"key_layout", c.key_layout},
             {"virtual_host_suffixes", c.virtual_host_suffixes}}},
           {"log_dirs", c.log_dirs},
@@ -527,6 +529,8 @@ Result<std::unique_ptr<Service>> Service::create(const Config& config) {
   pipeline::PipelineConfig pc;
   pc.kafka_ports = config.kafka_ports;
   pc.object_store_ports = config.object_store_ports;
+  for (const auto& cidr : config.object_store_cidrs) pc.object_store_cidrs.push_back(*pipeline::parse_cidr(cidr));
+  pc.object_store_hosts = config.object_store_hosts;
   pc.key_layout = config.key_layout;
   pc.virtual_host_suffixes = config.virtual_host_suffixes;
   auto pipe = pipeline::Pipeline::create(pc, std::move(*prices), impl->sensors,

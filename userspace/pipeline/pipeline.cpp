@@ -73,11 +73,13 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     Role role = Role::kUnknown;
     std::uint16_t local_port = 0;
     std::uint16_t peer_port = 0;
+    std::string peer_ip;
     bool opened = false;
     std::unique_ptr<objstore::HttpConnection> http;
     std::unique_ptr<objstore::TlsCycleEstimator> tls;
   };
   std::unordered_map<std::uint64_t, Conn> conns;
+  ObjectStoreEndpoints endpoints;
   // Per thread, the HTTP object-store connection it last wrote a request on, and the one before:
   // a blocking client that moves to another connection has given up on its request on the old
   // one (a retry after a stale keep-alive connection, see objstore::is_retry_of).
@@ -116,6 +118,9 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
         layout(std::move(key_layout)),
         decoder(*this),
         attributor(*this, tier) {
+    endpoints.ports = c.object_store_ports;
+    endpoints.cidrs = c.object_store_cidrs;
+    endpoints.hosts = c.object_store_hosts;
     if (!c.unix_timestamps) {
       timespec mono{}, real{};
       clock_gettime(CLOCK_MONOTONIC, &mono);
@@ -269,15 +274,22 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     if (contains(config.kafka_ports, conn.local_port)) return Role::kKafka;
     std::span<const std::uint8_t> first;
     if (!p.captured.empty() && p.captured.front().position == p.position) first = p.captured.front().bytes;
-    const bool store_port = contains(config.object_store_ports, conn.peer_port);
-    if (first.empty()) return store_port && p.length == 0 ? Role::kUnknown : Role::kUnknown;
+    if (first.empty()) return Role::kUnknown;  // length-only pieces before anything readable
+    const bool store_endpoint =
+        endpoints.port_matches(conn.peer_port) || endpoints.address_matches(conn.peer_ip);
     if (!p.to_target) {  // the broker speaks first on connections it opened
       if (looks_like_http_request(first)) return Role::kObjectStoreHttp;
-      if (looks_like_tls_record(first) && (store_port || config.object_store_ports.empty()))
-        return Role::kObjectStoreOpaque;
-      return store_port ? Role::kObjectStoreHttp : Role::kKafka;
+      if (looks_like_tls_record(first)) {
+        // The ClientHello names the server: configured object-store hosts are recognised on any
+        // port; with hosts configured, another name is not the object store.
+        const auto name = client_hello_server_name(first);
+        if (name && endpoints.host_matches(*name)) return Role::kObjectStoreOpaque;
+        if (store_endpoint || endpoints.empty()) return Role::kObjectStoreOpaque;
+        return Role::kOther;
+      }
+      return store_endpoint ? Role::kObjectStoreHttp : Role::kKafka;
     }
-    if (store_port) return looks_like_tls_record(first) ? Role::kObjectStoreOpaque : Role::kObjectStoreHttp;
+    if (store_endpoint) return looks_like_tls_record(first) ? Role::kObjectStoreOpaque : Role::kObjectStoreHttp;
     return looks_like_tls_record(first) ? Role::kOther : Role::kKafka;
   }
 
@@ -372,6 +384,7 @@ void Pipeline::open(std::uint64_t connection, std::uint64_t time_ns, std::uint16
   conn.opened = true;
   conn.local_port = local_port;
   conn.peer_port = peer_port;
+  conn.peer_ip = std::string(peer_ip);
   if (!peer_ip.empty()) impl_->attributor.set_peer(connection, peer_ip);
   ++impl_->stats.connections;
   if (contains(impl_->config.kafka_ports, local_port)) impl_->start_role(connection, conn, Role::kKafka);
@@ -383,6 +396,7 @@ void Pipeline::describe(std::uint64_t connection, std::uint16_t local_port,
   if (fresh) ++impl_->stats.connections;
   it->second.local_port = local_port;
   it->second.peer_port = peer_port;
+  it->second.peer_ip = std::string(peer_ip);
   if (!peer_ip.empty()) impl_->attributor.set_peer(connection, peer_ip);
 }
 

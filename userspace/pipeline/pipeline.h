@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attribution/attribution.h"
+#include "pipeline/endpoints.h"
 #include "cost/cost.h"
 #include "export/export.h"
 #include "sensors/sensors.h"
@@ -26,6 +27,10 @@ namespace fc::pipeline {
 struct PipelineConfig {
   std::vector<std::uint16_t> kafka_ports;         // broker listener ports (local side)
   std::vector<std::uint16_t> object_store_ports;  // object-store endpoint ports (peer side)
+  std::vector<Cidr> object_store_cidrs;           // object-store endpoint addresses
+  // Object-store host names matched against the TLS server name the broker asks for: exact, or a
+  // suffix starting with '.' (".amazonaws.com").
+  std::vector<std::string> object_store_hosts;
   std::string key_layout = "aiven";               // "aiven" or "regex:<pattern>"
   std::vector<std::string> virtual_host_suffixes;
   // On opaque object-store connections only cycles written by threads whose name starts with one

@@ -36,6 +36,8 @@ TEST_CASE("fields are read, and every error names its field") {
       {R"({"object_store":{"prots":[1]}})", "object_store.prots"},
       {R"({"capture":{"tls_libraries":["wolfssl"]}})", "wolfssl"},
       {R"({"listen":"9464"})", "\"listen\""},
+      {R"({"object_store":{"cidrs":["10.0.0.0/40"]}})", "object_store.cidrs"},
+      {R"({"object_store":{"hosts":".amazonaws.com"}})", "object_store.hosts"},
       {R"([1,2])", "expected an object"},
   };
   for (const auto& bad : cases) {

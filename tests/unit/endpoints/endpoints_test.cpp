@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pipeline/endpoints.h"
+#include "pipeline/pipeline.h"
 
 using fc::pipeline::client_hello_server_name;
 using fc::pipeline::ObjectStoreEndpoints;
@@ -95,4 +96,34 @@ TEST_CASE("CIDRs, ports and host names decide what an object-store connection is
   CHECK_FALSE(e.host_matches("x.minio.internal"));
   for (const char* bad : {"10.0.0.0/33", "10.0.0/8", "::1/129", "host.example", "10.0.0.0/x"})
     CHECK_FALSE(parse_cidr(bad).ok());
+}
+
+TEST_CASE("the pipeline takes a TLS connection to a configured host name as the object store") {
+  fc::sensors::SensorTable sensors;
+  fc::pipeline::PipelineConfig config;
+  config.kafka_ports = {9092};
+  config.object_store_ports = {};
+  config.object_store_hosts = {".amazonaws.com"};
+  config.object_store_cidrs = {*parse_cidr("10.9.0.0/16")};
+  auto pipeline = fc::pipeline::Pipeline::create(config, *fc::cost::preset("aws-s3-standard-same-region"),
+                                                 sensors, nullptr, nullptr, nullptr);
+  REQUIRE(pipeline.ok());
+  auto feed_first_bytes = [&](std::uint64_t conn, std::string_view peer_ip,
+                              const std::vector<std::uint8_t>& bytes) {
+    (*pipeline)->describe(conn, 40000, 8443, peer_ip);
+    fc::pipeline::Segment seg{0, bytes};
+    fc::pipeline::Piece piece;
+    piece.connection = conn;
+    piece.to_target = false;  // the broker sends its ClientHello
+    piece.time_ns = 1;
+    piece.length = bytes.size();
+    piece.captured = std::span<const fc::pipeline::Segment>(&seg, 1);
+    (*pipeline)->piece(piece);
+  };
+  feed_first_bytes(1, "198.51.100.1", openssl_client_hello("bucket.s3.us-east-1.amazonaws.com"));
+  CHECK((*pipeline)->stats().opaque_connections == 1);
+  feed_first_bytes(2, "198.51.100.1", openssl_client_hello("metrics.example.org"));
+  CHECK((*pipeline)->stats().opaque_connections == 1);  // another TLS peer: not the store
+  feed_first_bytes(3, "10.9.4.4", openssl_client_hello(nullptr));
+  CHECK((*pipeline)->stats().opaque_connections == 2);  // by address
 }
