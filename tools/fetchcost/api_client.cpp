@@ -31,8 +31,9 @@ Result<nlohmann::json> get_json(const std::string& base_url, const std::string& 
   auto res = client.Get(prefix + path, params, httplib::Headers{});
   const std::string url = origin + prefix + path;
   if (!res)
-    return make_error("cannot reach " + url + " (" + httplib::to_string(res.error()) +
-                      "); is fetchcostd (or Prometheus) running there? set --endpoint/--prometheus");
+    return make_error(
+        "cannot reach " + url + " (" + httplib::to_string(res.error()) +
+        "); is fetchcostd (or Prometheus) running there? set --endpoint/--prometheus");
   if (res->status != 200)
     return make_error(url + " answered HTTP " + std::to_string(res->status) + ": " +
                       res->body.substr(0, 200));
@@ -60,7 +61,8 @@ class EndpointSource : public Source {
     return snap;
   }
   Result<nlohmann::json> recent(const std::string& client_id, int limit) override {
-    return get_json(url_, "/api/v1/recent", {{"client", client_id}, {"limit", std::to_string(limit)}});
+    return get_json(url_, "/api/v1/recent",
+                    {{"client", client_id}, {"limit", std::to_string(limit)}});
   }
   std::string describe() const override { return "endpoint " + url_; }
 
@@ -167,7 +169,8 @@ Snapshot snapshot_from_promql(const std::map<std::string, nlohmann::json>& resul
     const double bound = le == "+Inf" ? INFINITY : std::stod(le);
     if (!std::isinf(bound)) bounds.insert(bound);
     row_of(r);
-    cumulative[{label(r, "client_id"), label(r, "topic"), label(r, "method")}][bound] = sample_value(r);
+    cumulative[{label(r, "client_id"), label(r, "topic"), label(r, "method")}][bound] =
+        sample_value(r);
   });
   s.latency_bounds.assign(bounds.begin(), bounds.end());
   for (auto& [k, by_le] : cumulative) {

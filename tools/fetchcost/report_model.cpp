@@ -94,9 +94,12 @@ std::string render_report(const Report& r, ReportFormat format) {
   if (format == ReportFormat::kJson) {
     nlohmann::json lines = nlohmann::json::array();
     auto to_json = [](const ReportLine& l) {
-      return nlohmann::json{{"client_id", l.client_id}, {"group_id", l.group_id},
-                            {"topic", l.topic},         {"bytes", l.bytes},
-                            {"requests", l.requests},   {"errors", l.errors},
+      return nlohmann::json{{"client_id", l.client_id},
+                            {"group_id", l.group_id},
+                            {"topic", l.topic},
+                            {"bytes", l.bytes},
+                            {"requests", l.requests},
+                            {"errors", l.errors},
                             {"cost", l.cost}};
     };
     for (const auto& l : r.lines) lines.push_back(to_json(l));
@@ -104,8 +107,10 @@ std::string render_report(const Report& r, ReportFormat format) {
     total.erase("client_id");
     total.erase("group_id");
     total.erase("topic");
-    nlohmann::json doc{{"from", format_time(r.from)}, {"to", format_time(r.to)},
-                       {"currency", r.currency},      {"lines", lines},
+    nlohmann::json doc{{"from", format_time(r.from)},
+                       {"to", format_time(r.to)},
+                       {"currency", r.currency},
+                       {"lines", lines},
                        {"total", total}};
     return doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
@@ -130,7 +135,8 @@ std::string render_report(const Report& r, ReportFormat format) {
   std::vector<std::size_t> width(table[0].size(), 0);
   for (const auto& row : table)
     for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
-  out = "chargeback " + format_time(r.from) + " .. " + format_time(r.to) + " (" + r.currency + ")\n";
+  out =
+      "chargeback " + format_time(r.from) + " .. " + format_time(r.to) + " (" + r.currency + ")\n";
   for (const auto& row : table) {
     std::string line;
     for (std::size_t i = 0; i < row.size(); ++i) {
@@ -152,7 +158,11 @@ Result<std::int64_t> parse_time(const std::string& text, std::int64_t now) {
   if (text == "now") return now;
   if (text[0] == '-' && text.size() >= 3) {
     const char unit = text.back();
-    const long long mult = unit == 's' ? 1 : unit == 'm' ? 60 : unit == 'h' ? 3600 : unit == 'd' ? 86400 : 0;
+    const long long mult = unit == 's'   ? 1
+                           : unit == 'm' ? 60
+                           : unit == 'h' ? 3600
+                           : unit == 'd' ? 86400
+                                         : 0;
     try {
       std::size_t used = 0;
       const long long n = std::stoll(text.substr(1, text.size() - 2), &used);
@@ -165,7 +175,8 @@ Result<std::int64_t> parse_time(const std::string& text, std::int64_t now) {
   std::tm tm{};
   int y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0;
   char tail[8] = {0};
-  const int n = std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%7s", &y, &mo, &d, &h, &mi, &s, tail);
+  const int n =
+      std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%7s", &y, &mo, &d, &h, &mi, &s, tail);
   const bool ok = (n == 3 && text.size() == 10) || n >= 5;
   if (!ok || (n == 7 && std::string(tail) != "Z") || mo < 1 || mo > 12 || d < 1 || d > 31)
     return make_error("cannot read the time \"" + text + "\"" + usage);

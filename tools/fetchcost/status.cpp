@@ -75,9 +75,8 @@ int run_status(const StatusOptions& o) {
   std::printf("prices      %s (%s)\n", str(s, "price_table").c_str(), str(s, "currency").c_str());
   std::printf("ledger      %s\n", str(s, "ledger").c_str());
   for (const auto& b : s.value("budgets", nlohmann::json::array())) {
-    const std::string who = b.value("client_id", "").empty()
-                                ? "group " + b.value("group_id", "")
-                                : "client " + b.value("client_id", "");
+    const std::string who = b.value("client_id", "").empty() ? "group " + b.value("group_id", "")
+                                                             : "client " + b.value("client_id", "");
     std::printf("budget      %s: %.6f/h of %.6f/h%s\n", who.c_str(), b.value("cost_per_hour", 0.0),
                 b.value("per_hour", 0.0), b.value("exceeded", false) ? "  EXCEEDED" : "");
   }

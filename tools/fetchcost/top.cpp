@@ -145,7 +145,8 @@ std::vector<std::string> cells(const ClientRow& r, const Layout& l) {
           human_bytes(r.bytes_per_second),
           [&] {
             char b[16];
-            std::snprintf(b, sizeof(b), r.gets_per_second < 10 ? "%.1f" : "%.0f", r.gets_per_second);
+            std::snprintf(b, sizeof(b), r.gets_per_second < 10 ? "%.1f" : "%.0f",
+                          r.gets_per_second);
             return std::string(b);
           }(),
           human_bytes(r.bytes_per_get),
@@ -246,7 +247,8 @@ class TopView {
 
   bool handle(int key) {
     if (editing_filter_) {
-      if (key == '\n' || key == KEY_ENTER) editing_filter_ = false;
+      if (key == '\n' || key == KEY_ENTER)
+        editing_filter_ = false;
       else if (key == 27) {
         filter_.clear();
         editing_filter_ = false;
@@ -273,7 +275,8 @@ class TopView {
       return false;
     }
     if (mode_ == Mode::kDrill) {
-      if (key == 27 || key == KEY_BACKSPACE || key == 127 || key == 8 || key == KEY_LEFT || key == 'b')
+      if (key == 27 || key == KEY_BACKSPACE || key == 127 || key == 8 || key == KEY_LEFT ||
+          key == 'b')
         mode_ = Mode::kList;
       return false;
     }
@@ -287,17 +290,29 @@ class TopView {
       case '.':
         sort_ = static_cast<Column>((static_cast<int>(sort_) + 1) % kColumnCount);
         break;
-      case 'r': descending_ = !descending_; break;
+      case 'r':
+        descending_ = !descending_;
+        break;
       case '/':
         editing_filter_ = true;
         break;
-      case 27: filter_.clear(); break;
+      case 27:
+        filter_.clear();
+        break;
       case KEY_UP:
-      case 'k': selected_ = std::max(0, selected_ - 1); break;
+      case 'k':
+        selected_ = std::max(0, selected_ - 1);
+        break;
       case KEY_DOWN:
-      case 'j': selected_ = std::min(static_cast<int>(rows.size()) - 1, selected_ + 1); break;
-      case KEY_HOME: selected_ = 0; break;
-      case KEY_END: selected_ = static_cast<int>(rows.size()) - 1; break;
+      case 'j':
+        selected_ = std::min(static_cast<int>(rows.size()) - 1, selected_ + 1);
+        break;
+      case KEY_HOME:
+        selected_ = 0;
+        break;
+      case KEY_END:
+        selected_ = static_cast<int>(rows.size()) - 1;
+        break;
       case '\n':
       case KEY_ENTER:
       case KEY_RIGHT:
@@ -308,7 +323,8 @@ class TopView {
           load_recent();
         }
         break;
-      default: break;
+      default:
+        break;
     }
     selected_ = std::max(0, selected_);
     return false;
@@ -330,24 +346,31 @@ class TopView {
     std::strftime(clock, sizeof(clock), "%H:%M:%S", &tm);
     char window[32];
     std::snprintf(window, sizeof(window), "  rates/%.0fs", std::max(o_.window, o_.interval));
-    put(0, 0, "fetchcost top - " + current_.source + window + "  " + clock +
-                  (paused_ ? "  [PAUSED]" : ""), A_BOLD);
+    put(0, 0,
+        "fetchcost top - " + current_.source + window + "  " + clock +
+            (paused_ ? "  [PAUSED]" : ""),
+        A_BOLD);
     char line[512];
-    std::snprintf(line, sizeof(line), "total %s %s/h  cost %s  %s/s  %.1f GET/s  unattributed %.1f%%",
+    std::snprintf(line, sizeof(line),
+                  "total %s %s/h  cost %s  %s/s  %.1f GET/s  unattributed %.1f%%",
                   current_.currency.c_str(), human_money(t.cost_per_hour).c_str(),
                   human_money(t.total_cost).c_str(), human_bytes(t.bytes_per_second).c_str(),
                   t.gets_per_second, t.unattributed_share * 100);
     put(1, 0, line);
-    std::snprintf(line, sizeof(line), "probes %s  drops %llu  prices %s", current_.probe_status.c_str(),
-                  static_cast<unsigned long long>(current_.drops), current_.price_table.c_str());
+    std::snprintf(line, sizeof(line), "probes %s  drops %llu  prices %s",
+                  current_.probe_status.c_str(), static_cast<unsigned long long>(current_.drops),
+                  current_.price_table.c_str());
     put(2, 0, line, current_.drops && colors_ ? COLOR_PAIR(3) : 0);
-    if (!message_.empty()) put(3, 0, "! " + message_, colors_ ? COLOR_PAIR(1) : A_BOLD);
+    if (!message_.empty())
+      put(3, 0, "! " + message_, colors_ ? COLOR_PAIR(1) : A_BOLD);
     else if (editing_filter_ || !filter_.empty())
       put(3, 0, "filter: " + filter_ + (editing_filter_ ? "_  (Enter keep, Esc clear)" : ""));
     return 4;
   }
 
-  void draw_footer(const char* keys) { put(LINES - 1, 0, fit(keys, static_cast<std::size_t>(COLS)), A_REVERSE); }
+  void draw_footer(const char* keys) {
+    put(LINES - 1, 0, fit(keys, static_cast<std::size_t>(COLS)), A_REVERSE);
+  }
 
   void draw_list() {
     int y = draw_header();
@@ -369,19 +392,24 @@ class TopView {
           c == static_cast<int>(sort_) ? A_REVERSE | A_BOLD : A_BOLD | A_UNDERLINE);
     ++y;
     const auto rows = visible();
-    if (selected_ >= static_cast<int>(rows.size())) selected_ = std::max(0, static_cast<int>(rows.size()) - 1);
+    if (selected_ >= static_cast<int>(rows.size()))
+      selected_ = std::max(0, static_cast<int>(rows.size()) - 1);
     const int room = LINES - 1 - y;
     const int first = selected_ >= room ? selected_ - room + 1 : 0;
     for (int i = first; i < static_cast<int>(rows.size()) && y < LINES - 1; ++i, ++y) {
       const auto text = cells(rows[static_cast<std::size_t>(i)], l);
       std::string line = i == selected_ ? "> " : "  ";
       for (int c = 0; c < kColumnCount; ++c)
-        line += fit(text[static_cast<std::size_t>(c)], static_cast<std::size_t>(l.width[c]), c >= 2 && c <= 9) + " ";
+        line += fit(text[static_cast<std::size_t>(c)], static_cast<std::size_t>(l.width[c]),
+                    c >= 2 && c <= 9) +
+                " ";
       int attrs = i == selected_ ? A_BOLD : 0;
-      if (colors_ && (rows[static_cast<std::size_t>(i)].flags & (kFlagBudget | kFlagErr))) attrs |= COLOR_PAIR(1);
+      if (colors_ && (rows[static_cast<std::size_t>(i)].flags & (kFlagBudget | kFlagErr)))
+        attrs |= COLOR_PAIR(1);
       put(y, 0, line, attrs);
     }
-    if (rows.empty()) put(y, 2, filter_.empty() ? "(no remote reads seen yet)" : "(no client matches the filter)");
+    if (rows.empty())
+      put(y, 2, filter_.empty() ? "(no remote reads seen yet)" : "(no client matches the filter)");
     draw_footer("q quit  </> sort  r reverse  / filter  Enter drill  p pause  h help");
   }
 
@@ -396,21 +424,27 @@ class TopView {
                human_money(row->cost_per_hour) + "/h  cost " + human_money(row->total_cost) + "  " +
                flag_names(row->flags, ",");
     put(y++, 0, title, A_BOLD);
-    put(y++, 0, fit("TOPIC", 16) + " PART " + fit("METHOD", 9) + fit("BYTES", 7, true) +
-                    fit("GETS", 7, true) + fit("ERR", 5, true) + fit("AMP", 5, true) +
-                    fit("P99", 7, true) + fit("COST", 9, true),
+    put(y++, 0,
+        fit("TOPIC", 16) + " PART " + fit("METHOD", 9) + fit("BYTES", 7, true) +
+            fit("GETS", 7, true) + fit("ERR", 5, true) + fit("AMP", 5, true) + fit("P99", 7, true) +
+            fit("COST", 9, true),
         A_BOLD | A_UNDERLINE);
     for (const auto& s : current_.sensors) {
       if (s.client_id != drill_client_ || y >= LINES / 2 + 2) continue;
-      const double amp = s.delivered_bytes ? static_cast<double>(s.object_bytes) / static_cast<double>(s.delivered_bytes) : 0;
+      const double amp = s.delivered_bytes ? static_cast<double>(s.object_bytes) /
+                                                 static_cast<double>(s.delivered_bytes)
+                                           : 0;
       char ampt[16];
       std::snprintf(ampt, sizeof(ampt), "%.1f", amp);
-      put(y++, 0, fit(s.topic, 16) + " " + fit(s.partition < 0 ? "all" : std::to_string(s.partition), 4) +
-                      " " + fit(s.method, 9) + fit(human_bytes(static_cast<double>(s.bytes)), 7, true) +
-                      fit(std::to_string(s.requests), 7, true) + fit(std::to_string(s.errors), 5, true) +
-                      fit(ampt, 5, true) +
-                      fit(human_seconds(histogram_quantile(0.99, current_.latency_bounds, s.latency_buckets)), 7, true) +
-                      fit(human_money(s.cost), 9, true));
+      put(y++, 0,
+          fit(s.topic, 16) + " " + fit(s.partition < 0 ? "all" : std::to_string(s.partition), 4) +
+              " " + fit(s.method, 9) + fit(human_bytes(static_cast<double>(s.bytes)), 7, true) +
+              fit(std::to_string(s.requests), 7, true) + fit(std::to_string(s.errors), 5, true) +
+              fit(ampt, 5, true) +
+              fit(human_seconds(
+                      histogram_quantile(0.99, current_.latency_bounds, s.latency_buckets)),
+                  7, true) +
+              fit(human_money(s.cost), 9, true));
     }
     ++y;
     std::string partitions;
@@ -420,9 +454,11 @@ class TopView {
         std::pair<std::string, int> tp{r.value("topic", ""), r.value("partition", -1)};
         if (std::find(seen.begin(), seen.end(), tp) == seen.end()) seen.push_back(tp);
       }
-      for (const auto& [t, p] : seen) partitions += (partitions.empty() ? "" : " ") + t + "-" + std::to_string(p);
+      for (const auto& [t, p] : seen)
+        partitions += (partitions.empty() ? "" : " ") + t + "-" + std::to_string(p);
     }
-    put(y++, 0, "partitions read recently: " + (partitions.empty() ? std::string("-") : partitions));
+    put(y++, 0,
+        "partitions read recently: " + (partitions.empty() ? std::string("-") : partitions));
     put(y++, 0, "recent objects (newest first)", A_BOLD);
     if (!recent_error_.empty()) put(y++, 0, recent_error_);
     const std::size_t key_width = static_cast<std::size_t>(std::max(10, COLS - 9 - 8 - 10 - 4));
@@ -437,9 +473,10 @@ class TopView {
         std::string key = r.value("object_key", "");
         // The end of a key (segment offset, file kind) tells objects apart; keep that part.
         if (key.size() > key_width) key = "~" + key.substr(key.size() - key_width + 1);
-        put(y++, 0, std::string(clock) + " " + fit(key, key_width) + " " +
-                        fit(human_bytes(static_cast<double>(r.value("bytes", std::uint64_t{0}))), 7, true) + " " +
-                        fit(r.value("method", ""), 9) + std::to_string(r.value("status", 0)));
+        put(y++, 0,
+            std::string(clock) + " " + fit(key, key_width) + " " +
+                fit(human_bytes(static_cast<double>(r.value("bytes", std::uint64_t{0}))), 7, true) +
+                " " + fit(r.value("method", ""), 9) + std::to_string(r.value("status", 0)));
       }
       if (recent_["reads"].empty()) put(y++, 0, "(none in the daemon's recent-reads ring)");
     }
@@ -462,9 +499,12 @@ class TopView {
 
   void draw() {
     erase();
-    if (mode_ == Mode::kList) draw_list();
-    else if (mode_ == Mode::kDrill) draw_drill();
-    else draw_help();
+    if (mode_ == Mode::kList)
+      draw_list();
+    else if (mode_ == Mode::kDrill)
+      draw_drill();
+    else
+      draw_help();
     refresh();
   }
 
@@ -497,8 +537,8 @@ void add_top_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "top", "Remote-read cost per client, live (ncurses), or --once as a plain table");
   cmd->footer(std::string(fc::cli::kColumnHelp) + fc::cli::kFlagHelp + fc::cli::kKeyHelp);
-  auto* endpoint = cmd->add_option("--endpoint", o->endpoint, "fetchcostd's listen URL")
-                       ->capture_default_str();
+  auto* endpoint =
+      cmd->add_option("--endpoint", o->endpoint, "fetchcostd's listen URL")->capture_default_str();
   cmd->add_option("--prometheus", o->prometheus,
                   "Prometheus URL: the whole cluster via PromQL (sums over every fetchcostd)")
       ->excludes(endpoint);
@@ -519,7 +559,8 @@ void add_top_command(CLI::App& app) {
                   "bytes_per_get read_amp p99_s topics flags")
       ->capture_default_str();
   cmd->add_flag("--ascending", o->ascending, "Sort ascending (default: descending)");
-  cmd->add_option("--filter", o->filter, "Only clients whose id, group, topic or flag contains this");
+  cmd->add_option("--filter", o->filter,
+                  "Only clients whose id, group, topic or flag contains this");
   cmd->add_flag("--no-color", o->no_color, "Monochrome (attributes only)");
   cmd->add_option("--scan-streak", o->rules.scan_streak,
                   "SCAN after remote reads in this many consecutive refreshes")
@@ -529,8 +570,8 @@ void add_top_command(CLI::App& app) {
                   "SMALL when read amplification is at least this")
       ->capture_default_str();
   cmd->callback([o] {
-    const int rc = o->once || !isatty(STDOUT_FILENO) ? fc::cli::run_once(*o)
-                                                      : fc::cli::TopView(*o).run();
+    const int rc =
+        o->once || !isatty(STDOUT_FILENO) ? fc::cli::run_once(*o) : fc::cli::TopView(*o).run();
     if (rc != 0) std::exit(rc);
   });
 }

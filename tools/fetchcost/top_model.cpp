@@ -38,7 +38,8 @@ std::map<std::string, ClientSums> sum_by_client(const Snapshot& s) {
     c.delivered += row.delivered_bytes;
     c.cost += row.cost;
     if (c.buckets.size() < row.latency_buckets.size()) c.buckets.resize(row.latency_buckets.size());
-    for (std::size_t i = 0; i < row.latency_buckets.size(); ++i) c.buckets[i] += row.latency_buckets[i];
+    for (std::size_t i = 0; i < row.latency_buckets.size(); ++i)
+      c.buckets[i] += row.latency_buckets[i];
     c.topics.insert(row.topic);
     if (row.method == "estimated" && (row.bytes > 0 || row.requests > 0)) c.estimated = true;
   }
@@ -46,8 +47,12 @@ std::map<std::string, ClientSums> sum_by_client(const Snapshot& s) {
 }
 
 // Counter difference; a counter that went down (daemon restart, sensor expiry) counts from 0.
-std::uint64_t delta(std::uint64_t now, std::uint64_t before) { return now >= before ? now - before : now; }
-double delta(double now, double before) { return now >= before ? now - before : now; }
+std::uint64_t delta(std::uint64_t now, std::uint64_t before) {
+  return now >= before ? now - before : now;
+}
+double delta(double now, double before) {
+  return now >= before ? now - before : now;
+}
 
 std::string fixed(double v, int decimals) {
   char buf[64];
@@ -90,9 +95,9 @@ Result<Snapshot> parse_clients(const nlohmann::json& doc) {
     }
     if (doc.contains("budgets")) {
       for (const auto& b : doc.at("budgets"))
-        s.budgets.push_back({b.value("client_id", std::string()), b.value("group_id", std::string()),
-                             b.value("per_hour", 0.0), b.value("cost_per_hour", 0.0),
-                             b.value("exceeded", false)});
+        s.budgets.push_back({b.value("client_id", std::string()),
+                             b.value("group_id", std::string()), b.value("per_hour", 0.0),
+                             b.value("cost_per_hour", 0.0), b.value("exceeded", false)});
     }
   } catch (const std::exception& e) {
     return make_error(std::string("the clients API answered an unexpected document (") + e.what() +
@@ -140,9 +145,11 @@ double histogram_quantile(double q, const std::vector<double>& bounds,
 }
 
 std::string flag_names(unsigned flags, const char* sep) {
-  static const std::pair<unsigned, const char*> names[] = {
-      {kFlagScan, "SCAN"}, {kFlagSmall, "SMALL"}, {kFlagErr, "ERR"}, {kFlagEst, "EST"},
-      {kFlagBudget, "BUDGET"}};
+  static const std::pair<unsigned, const char*> names[] = {{kFlagScan, "SCAN"},
+                                                           {kFlagSmall, "SMALL"},
+                                                           {kFlagErr, "ERR"},
+                                                           {kFlagEst, "EST"},
+                                                           {kFlagBudget, "BUDGET"}};
   std::string out;
   for (const auto& [bit, name] : names)
     if (flags & bit) out += (out.empty() ? "" : sep) + std::string(name);
@@ -191,12 +198,14 @@ std::vector<ClientRow> TopModel::update(const Snapshot* previous, const Snapshot
     const bool moved = previous && d_requests > 0;
     // Per-GET size and amplification over the interval when it saw traffic, else since start.
     row.bytes_per_get = moved ? static_cast<double>(d_bytes) / static_cast<double>(d_requests)
-                        : c.requests ? static_cast<double>(c.bytes) / static_cast<double>(c.requests)
-                                     : 0;
+                        : c.requests
+                            ? static_cast<double>(c.bytes) / static_cast<double>(c.requests)
+                            : 0;
     if (moved && d_delivered > 0)
       row.read_amplification = static_cast<double>(d_object) / static_cast<double>(d_delivered);
     else if (c.delivered > 0)
-      row.read_amplification = static_cast<double>(c.object_bytes) / static_cast<double>(c.delivered);
+      row.read_amplification =
+          static_cast<double>(c.object_bytes) / static_cast<double>(c.delivered);
     std::vector<std::uint64_t> window = c.buckets;
     std::uint64_t window_count = 0;
     for (std::size_t i = 0; i < window.size(); ++i) {
@@ -235,7 +244,8 @@ Totals totals(const std::vector<ClientRow>& rows) {
     t.bytes += r.bytes;
     if (r.client_id == kUnattributed) unattributed += r.bytes;
   }
-  t.unattributed_share = t.bytes ? static_cast<double>(unattributed) / static_cast<double>(t.bytes) : 0;
+  t.unattributed_share =
+      t.bytes ? static_cast<double>(unattributed) / static_cast<double>(t.bytes) : 0;
   return t;
 }
 
@@ -246,17 +256,26 @@ struct ColumnInfo {
   const char* key;
 };
 constexpr ColumnInfo kColumns[] = {
-    {Column::kClient, "CLIENT", "client_id"},       {Column::kGroup, "GROUP", "group_id"},
-    {Column::kCostRate, "$/h", "cost_per_hour"},     {Column::kTotalCost, "COST", "total_cost"},
-    {Column::kBytesRate, "B/s", "bytes_per_s"},      {Column::kGetsRate, "GET/s", "gets_per_s"},
-    {Column::kBytesPerGet, "B/GET", "bytes_per_get"}, {Column::kAmplification, "AMP", "read_amp"},
-    {Column::kP99, "P99", "p99_s"},                  {Column::kTopics, "TPC", "topics"},
+    {Column::kClient, "CLIENT", "client_id"},
+    {Column::kGroup, "GROUP", "group_id"},
+    {Column::kCostRate, "$/h", "cost_per_hour"},
+    {Column::kTotalCost, "COST", "total_cost"},
+    {Column::kBytesRate, "B/s", "bytes_per_s"},
+    {Column::kGetsRate, "GET/s", "gets_per_s"},
+    {Column::kBytesPerGet, "B/GET", "bytes_per_get"},
+    {Column::kAmplification, "AMP", "read_amp"},
+    {Column::kP99, "P99", "p99_s"},
+    {Column::kTopics, "TPC", "topics"},
     {Column::kFlags, "FLAGS", "flags"},
 };
 }  // namespace
 
-const char* column_title(Column c) { return kColumns[static_cast<int>(c)].title; }
-const char* column_key(Column c) { return kColumns[static_cast<int>(c)].key; }
+const char* column_title(Column c) {
+  return kColumns[static_cast<int>(c)].title;
+}
+const char* column_key(Column c) {
+  return kColumns[static_cast<int>(c)].key;
+}
 
 Result<Column> parse_column(const std::string& name) {
   std::string list;
@@ -270,16 +289,26 @@ Result<Column> parse_column(const std::string& name) {
 void sort_rows(std::vector<ClientRow>& rows, Column column, bool descending) {
   auto key = [column](const ClientRow& r) -> double {
     switch (column) {
-      case Column::kCostRate: return r.cost_per_hour;
-      case Column::kTotalCost: return r.total_cost;
-      case Column::kBytesRate: return r.bytes_per_second;
-      case Column::kGetsRate: return r.gets_per_second;
-      case Column::kBytesPerGet: return r.bytes_per_get;
-      case Column::kAmplification: return r.read_amplification;
-      case Column::kP99: return r.p99_seconds;
-      case Column::kTopics: return static_cast<double>(r.topics.size());
-      case Column::kFlags: return static_cast<double>(std::popcount(r.flags));
-      default: return 0;
+      case Column::kCostRate:
+        return r.cost_per_hour;
+      case Column::kTotalCost:
+        return r.total_cost;
+      case Column::kBytesRate:
+        return r.bytes_per_second;
+      case Column::kGetsRate:
+        return r.gets_per_second;
+      case Column::kBytesPerGet:
+        return r.bytes_per_get;
+      case Column::kAmplification:
+        return r.read_amplification;
+      case Column::kP99:
+        return r.p99_seconds;
+      case Column::kTopics:
+        return static_cast<double>(r.topics.size());
+      case Column::kFlags:
+        return static_cast<double>(std::popcount(r.flags));
+      default:
+        return 0;
     }
   };
   std::stable_sort(rows.begin(), rows.end(), [&](const ClientRow& a, const ClientRow& b) {
@@ -313,13 +342,14 @@ std::vector<ClientRow> filter_rows(const std::vector<ClientRow>& rows, const std
 std::string render_once(const std::vector<ClientRow>& rows, const Snapshot& s, double interval) {
   const Totals t = totals(rows);
   std::string out;
-  out += "# fetchcost top --once source=" + no_space(s.source) + " currency=" + no_space(s.currency) +
-         " price_table=" + no_space(s.price_table) + " interval_s=" + fixed(interval, 1) +
-         " drops=" + std::to_string(s.drops) + " probes=" + no_space(s.probe_status) + "\n";
-  out += "# totals cost_per_hour=" + fixed(t.cost_per_hour, 6) + " total_cost=" + fixed(t.total_cost, 6) +
-         " bytes_per_s=" + fixed(t.bytes_per_second, 0) + " gets_per_s=" + fixed(t.gets_per_second, 2) +
-         " bytes=" + std::to_string(t.bytes) + " unattributed_share=" + fixed(t.unattributed_share, 4) +
-         "\n";
+  out += "# fetchcost top --once source=" + no_space(s.source) +
+         " currency=" + no_space(s.currency) + " price_table=" + no_space(s.price_table) +
+         " interval_s=" + fixed(interval, 1) + " drops=" + std::to_string(s.drops) +
+         " probes=" + no_space(s.probe_status) + "\n";
+  out += "# totals cost_per_hour=" + fixed(t.cost_per_hour, 6) +
+         " total_cost=" + fixed(t.total_cost, 6) + " bytes_per_s=" + fixed(t.bytes_per_second, 0) +
+         " gets_per_s=" + fixed(t.gets_per_second, 2) + " bytes=" + std::to_string(t.bytes) +
+         " unattributed_share=" + fixed(t.unattributed_share, 4) + "\n";
   std::vector<std::vector<std::string>> table;
   std::vector<std::string> header;
   for (const auto& c : kColumns) header.push_back(c.key);
@@ -356,25 +386,32 @@ std::string human_bytes(double b) {
     ++u;
   }
   char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof(buf), "%.0f", b);
-  else std::snprintf(buf, sizeof(buf), b < 10 ? "%.1f%c" : "%.0f%c", b, units[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof(buf), "%.0f", b);
+  else
+    std::snprintf(buf, sizeof(buf), b < 10 ? "%.1f%c" : "%.0f%c", b, units[u]);
   return buf;
 }
 
 std::string human_money(double v) {
   char buf[32];
   if (v == 0) return "0";
-  if (v < 0.01) std::snprintf(buf, sizeof(buf), "%.4f", v);
-  else if (v < 100) std::snprintf(buf, sizeof(buf), "%.2f", v);
-  else std::snprintf(buf, sizeof(buf), "%.0f", v);
+  if (v < 0.01)
+    std::snprintf(buf, sizeof(buf), "%.4f", v);
+  else if (v < 100)
+    std::snprintf(buf, sizeof(buf), "%.2f", v);
+  else
+    std::snprintf(buf, sizeof(buf), "%.0f", v);
   return buf;
 }
 
 std::string human_seconds(double s) {
   if (s < 0) return "-";
   char buf[32];
-  if (s < 1) std::snprintf(buf, sizeof(buf), "%.0fms", s * 1000);
-  else std::snprintf(buf, sizeof(buf), "%.1fs", s);
+  if (s < 1)
+    std::snprintf(buf, sizeof(buf), "%.0fms", s * 1000);
+  else
+    std::snprintf(buf, sizeof(buf), "%.1fs", s);
   return buf;
 }
 

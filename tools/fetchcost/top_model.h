@@ -85,7 +85,7 @@ struct ClientRow {
   double total_cost = 0;
   double bytes_per_second = 0;
   double gets_per_second = 0;
-  double bytes_per_get = 0;      // over the interval, else cumulative
+  double bytes_per_get = 0;       // over the interval, else cumulative
   double read_amplification = 0;  // object bytes / delivered bytes; 0 when unknown
   double p99_seconds = -1;        // negative: no latency sample
   std::vector<std::string> topics;

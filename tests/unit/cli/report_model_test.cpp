@@ -44,8 +44,9 @@ TEST_CASE("report: hours overlapping [from, to), summed per client/group/topic o
   CHECK(r.total.cost == doctest::Approx(0.411));
 
   const auto csv = render_report(r, ReportFormat::kCsv);
-  CHECK(csv.starts_with("client_id,group_id,topic,bytes,requests,errors,cost_USD\n"
-                        "scanner,,scan,1600,4,0,0.410000\n"));
+  CHECK(
+      csv.starts_with("client_id,group_id,topic,bytes,requests,errors,cost_USD\n"
+                      "scanner,,scan,1600,4,0,0.410000\n"));
   CHECK(csv.find("TOTAL,,,1610,5,0,0.411000\n") != std::string::npos);
   const auto json = nlohmann::json::parse(render_report(r, ReportFormat::kJson));
   CHECK(json["total"]["bytes"] == 1610);

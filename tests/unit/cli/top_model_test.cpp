@@ -48,7 +48,7 @@ TEST_CASE("rates are differences between two samples, per client over its topics
   const auto& s = find(rows, "scanner");
   CHECK(s.bytes_per_second == doctest::Approx(3000.0));  // (7000 - 1000) / 2 s
   CHECK(s.gets_per_second == doctest::Approx(3.0));
-  CHECK(s.bytes_per_get == doctest::Approx(1000.0));      // 6000 bytes / 6 GETs in the interval
+  CHECK(s.bytes_per_get == doctest::Approx(1000.0));  // 6000 bytes / 6 GETs in the interval
   CHECK(s.cost_per_hour == doctest::Approx(0.003 / 2 * 3600));
   CHECK(s.total_cost == doctest::Approx(0.004));
   CHECK(s.topics == std::vector<std::string>{"t1", "t2"});
@@ -100,7 +100,8 @@ TEST_CASE("p99 uses the interval's buckets when the interval saw reads") {
   CHECK(fresh.update(nullptr, b)[0].p99_seconds < 0.1);  // first sample: since start
 }
 
-TEST_CASE("flags: SCAN after a streak, SMALL, ERR in the interval, EST, BUDGET by client or group") {
+TEST_CASE(
+    "flags: SCAN after a streak, SMALL, ERR in the interval, EST, BUDGET by client or group") {
   TopModel model({.scan_streak = 3, .small_amplification = 2.0});
   Snapshot prev;
   prev.time_seconds = 0;
@@ -189,7 +190,8 @@ TEST_CASE("--once output: comments, a fixed header, whitespace-free fields") {
   std::vector<std::vector<std::string>> table;
   while (std::getline(in, line)) {
     if (line.starts_with("#")) {
-      if (line.starts_with("# totals")) CHECK(line.find("unattributed_share=0.2500") != std::string::npos);
+      if (line.starts_with("# totals"))
+        CHECK(line.find("unattributed_share=0.2500") != std::string::npos);
       continue;
     }
     std::istringstream fields(line);
@@ -199,8 +201,8 @@ TEST_CASE("--once output: comments, a fixed header, whitespace-free fields") {
   }
   REQUIRE(table.size() == 3);
   CHECK(table[0] == std::vector<std::string>{"client_id", "group_id", "cost_per_hour", "total_cost",
-                                             "bytes_per_s", "gets_per_s", "bytes_per_get", "read_amp",
-                                             "p99_s", "topics", "flags"});
+                                             "bytes_per_s", "gets_per_s", "bytes_per_get",
+                                             "read_amp", "p99_s", "topics", "flags"});
   CHECK(table[1] == std::vector<std::string>{"has_space", "-", "0.500000", "0.000000", "0", "0.00",
                                              "0", "0.00", "-", "t1,t2", "SCAN,ERR"});
   CHECK(table[2][0] == "__unattributed__");
@@ -227,10 +229,12 @@ TEST_CASE("PromQL results become the same snapshot (cumulative le buckets → pe
     return nlohmann::json{{"metric", labels}, {"value", {1.0, std::to_string(v)}}};
   };
   std::map<std::string, nlohmann::json> results;
-  const std::map<std::string, std::string> k{{"client_id", "c"}, {"topic", "t"}, {"method", "exact"}};
+  const std::map<std::string, std::string> k{
+      {"client_id", "c"}, {"topic", "t"}, {"method", "exact"}};
   results["bytes"] = {r(k, 1000)};
   results["requests"] = {r(k, 4)};
-  results["cost"] = {r({{"client_id", "c"}, {"topic", "t"}, {"method", "exact"}, {"currency", "USD"}}, 0.25)};
+  results["cost"] = {
+      r({{"client_id", "c"}, {"topic", "t"}, {"method", "exact"}, {"currency", "USD"}}, 0.25)};
   auto with_le = [&](const char* le) {
     auto l = k;
     l["le"] = le;
