@@ -15,6 +15,7 @@ struct PendingPartition {
   std::int32_t partition = -1;
   std::int64_t fetch_offset = -1;
   std::int32_t max_bytes = -1;
+  bool first_remote = true;  // the partition the broker reads remotely if it reads only one
   std::uint64_t reads = 0;
   std::uint64_t bytes = 0;
   std::uint64_t first_start_ns = 0;
@@ -176,6 +177,7 @@ struct Attributor::Impl {
     fetch.connection = request.connection;
     fetch.correlation_id = request.correlation_id;
     fetch.request_ns = request.request_time_ns;
+    bool seen_known_remote = false;
     for (const auto& p : fx.partitions) {
       if (!p.in_request && !p.from_session) continue;
       if (p.topic_index >= fx.topics.size()) continue;
@@ -189,7 +191,12 @@ struct Attributor::Impl {
       part.partition = p.partition;
       part.fetch_offset = p.fetch_offset;
       part.max_bytes = p.partition_max_bytes;
-      if (possibly_remote(part)) fetch.parts.push_back(std::move(part));
+      if (!possibly_remote(part)) continue;
+      // Kafka <= 4.1 reads one partition remotely: the first remote one with data (its high
+      // watermark is only known from the response). Later ones stay candidates, ranked lower.
+      part.first_remote = !options.one_remote_partition_per_fetch || !seen_known_remote;
+      if (tier && tier->local_log_start(part.topic, part.partition)) seen_known_remote = true;
+      fetch.parts.push_back(std::move(part));
     }
     if (fetch.parts.empty()) return;
     fetch.client_id = request.client_id;
@@ -239,21 +246,23 @@ struct Attributor::Impl {
       }
     }
     if (!bucket) return std::nullopt;
+    // Oldest first among the best ranked: a fetch no other thread is reading, and whose first
+    // remote partition this is, before the others.
     std::optional<Affinity> best;
-    bool best_idle = false;
+    int best_rank = -1;
     for (FetchIt fetch : *bucket) {  // bucket is in arrival order
       if (fetch->request_ns > read.start_ns || !before_answer(*fetch, read)) continue;
       for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
         const auto& part = fetch->parts[i];
         if (!matches(part)) continue;
         if (read.segment_base_offset >= 0 && part.fetch_offset < read.segment_base_offset) continue;
-        const bool idle = fetch->reader_threads.empty();
-        if (!best || (idle && !best_idle)) {
+        const int rank = (fetch->reader_threads.empty() ? 2 : 0) + (part.first_remote ? 1 : 0);
+        if (rank > best_rank) {
           best = Affinity{fetch, i};
-          best_idle = idle;
+          best_rank = rank;
         }
       }
-      if (best && best_idle) break;
+      if (best_rank == 3) break;
     }
     return best;
   }

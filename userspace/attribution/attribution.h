@@ -127,6 +127,9 @@ struct Options {
   // connection is reused or goes quiet, and a failed GET when its client gives up on it — both
   // typically after the fetch answered. 0: answered fetches finish at once.
   std::uint64_t answered_retain_ns = 2'000'000'000ull;
+  // Kafka 3.6–4.1 read at most one partition of a fetch remotely: the first one (in request
+  // order) below its local log start. Kafka 4.2 reads all of them (set false).
+  bool one_remote_partition_per_fetch = true;
 };
 
 class Attributor {

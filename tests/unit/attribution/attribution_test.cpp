@@ -441,3 +441,33 @@ TEST_CASE(
   CHECK(sink.reads[1].client == "__unattributed__");
   CHECK(attributor.counters().reads_unattributed == 2);
 }
+
+TEST_CASE("Kafka <= 4.1 reads one partition of a fetch remotely: the first one below local start") {
+  FixedTier tier;
+  tier.starts[{"t", 0}] = 1000;
+  tier.starts[{"t", 1}] = 1000;
+  {
+    RecordingSink sink;
+    attribution::Attributor attributor(sink, &tier);
+    // Both of this member's partitions are remote; the broker reads p0 for it, and p1 for the
+    // scanner that asked for p1 alone (it came later, but p1 is its first remote partition).
+    attributor.on_request(fetch(1, 1, "member", 100, {{"t", 0, 10}, {"t", 1, 10}}));
+    attributor.on_request(fetch(2, 1, "scanner", 110, {{"t", 1, 10}}));
+    attributor.on_object_read(get(41, 200, 250, "t", 0, 0, 100));
+    attributor.on_object_read(get(42, 210, 260, "t", 1, 0, 200));
+    auto bytes = sink.bytes_by_client();
+    CHECK(bytes["member"] == 100);
+    CHECK(bytes["scanner"] == 200);
+  }
+  {
+    // Kafka 4.2 reads every remote partition of the fetch, on as many reader threads.
+    RecordingSink sink;
+    attribution::Options options;
+    options.one_remote_partition_per_fetch = false;
+    attribution::Attributor attributor(sink, &tier, options);
+    attributor.on_request(fetch(1, 1, "member", 100, {{"t", 0, 10}, {"t", 1, 10}}));
+    attributor.on_object_read(get(41, 200, 250, "t", 0, 0, 100));
+    attributor.on_object_read(get(42, 210, 260, "t", 1, 0, 200));
+    CHECK(sink.bytes_by_client()["member"] == 300);
+  }
+}
