@@ -217,10 +217,13 @@ struct Attributor::Impl {
     ++counters.fetches_tracked;
   }
 
-  // DESIGN: the GET started before the fetch's response was sent. Usually it is decided before
-  // the response too; a failed GET may only be known later (a close, a retry, a given-up request).
+  // DESIGN: response not yet sent. A GET that succeeded ended before the answer that carries its
+  // data (a reader thread may start the next fetch's GET before the network thread sends this
+  // answer, so the start alone would steal that GET). A failed GET may only be known later (its
+  // connection's close, a retry, its thread moving on): it started before the answer.
   static bool before_answer(const PendingFetch& fetch, const ObjectRead& read) {
-    return fetch.answered_ns == 0 || read.start_ns < fetch.answered_ns;
+    if (fetch.answered_ns == 0) return true;
+    return read.succeeded() ? read.end_ns <= fetch.answered_ns : read.start_ns < fetch.answered_ns;
   }
 
   // Finds the fetch and partition an exact read belongs to.
