@@ -217,13 +217,14 @@ struct Attributor::Impl {
     ++counters.fetches_tracked;
   }
 
-  // DESIGN: response not yet sent. A GET that succeeded ended before the answer that carries its
-  // data (a reader thread may start the next fetch's GET before the network thread sends this
-  // answer, so the start alone would steal that GET). A failed GET may only be known later (its
-  // connection's close, a retry, its thread moving on): it started before the answer.
+  // DESIGN: response not yet sent. A GET that succeeded is decided before the answer that carries
+  // its data, so an answered fetch takes none (a reader thread starts the next fetch's GET before
+  // the network thread sends the last answer: by time alone, concurrent replays were misread). A
+  // failed GET may only be known later (its connection's close, a retry, its thread moving on):
+  // it goes to the fetch answered after it started.
   static bool before_answer(const PendingFetch& fetch, const ObjectRead& read) {
     if (fetch.answered_ns == 0) return true;
-    return read.succeeded() ? read.end_ns <= fetch.answered_ns : read.start_ns < fetch.answered_ns;
+    return !read.succeeded() && read.start_ns < fetch.answered_ns;
   }
 
   // Finds the fetch and partition an exact read belongs to.
