@@ -16,6 +16,7 @@ struct PendingPartition {
   std::int64_t fetch_offset = -1;
   std::int32_t max_bytes = -1;
   bool first_remote = true;  // the partition the broker reads remotely if it reads only one
+  bool read_done = false;    // the reader thread that read it has moved on to another task
   std::uint64_t reads = 0;
   std::uint64_t bytes = 0;
   std::uint64_t first_start_ns = 0;
@@ -73,6 +74,11 @@ struct Attributor::Impl {
   struct Affinity {
     FetchIt fetch;
     std::size_t part;
+    // The segment and byte range of the thread's last read: a remote read task reads one
+    // segment (its manifest and indexes, then consecutive chunks); a read elsewhere, or one
+    // that does not continue the last range, starts the thread's next task.
+    std::int64_t segment = -1;
+    std::int64_t range_last = -1;
   };
   std::unordered_map<std::uint32_t, Affinity> by_thread;
   std::unordered_map<std::uint64_t, std::string> peers;
@@ -236,9 +242,14 @@ struct Attributor::Impl {
     };
     if (auto it = by_thread.find(read.thread_id); it != by_thread.end()) {
       const Affinity& a = it->second;
-      if (matches(a.fetch->parts[a.part]) && a.fetch->request_ns <= read.start_ns &&
+      const bool same_task =
+          read.segment_base_offset < 0 || a.segment < 0 ||
+          (a.segment == read.segment_base_offset &&
+           (a.range_last < 0 || read.range_first < 0 || read.range_first == a.range_last + 1));
+      if (same_task && matches(a.fetch->parts[a.part]) && a.fetch->request_ns <= read.start_ns &&
           before_answer(*a.fetch, read))
         return a;
+      if (!same_task) a.fetch->parts[a.part].read_done = true;  // its task ended
     }
     const std::vector<FetchIt>* bucket = nullptr;
     for (std::string_view name : {read.topic, read.topic_id}) {
@@ -260,7 +271,10 @@ struct Attributor::Impl {
         const auto& part = fetch->parts[i];
         if (!matches(part)) continue;
         if (read.segment_base_offset >= 0 && part.fetch_offset < read.segment_base_offset) continue;
-        const int rank = (fetch->reader_threads.empty() ? 2 : 0) + (part.first_remote ? 1 : 0);
+        // A partition whose remote read already ended (in Kafka <= 4.1, one task per fetch)
+        // takes no new task.
+        const int rank = (part.read_done && options.one_remote_partition_per_fetch ? -4 : 0) +
+                         (fetch->reader_threads.empty() ? 2 : 0) + (part.first_remote ? 1 : 0);
         if (rank > best_rank) {
           best = Affinity{fetch, i};
           best_rank = rank;
@@ -362,11 +376,13 @@ struct Attributor::Impl {
     auto tied = by_thread.find(read.thread_id);
     if (tied == by_thread.end() || tied->second.fetch != match->fetch) {
       if (tied != by_thread.end()) std::erase(tied->second.fetch->reader_threads, read.thread_id);
-      by_thread[read.thread_id] = *match;
+      tied = by_thread.insert_or_assign(read.thread_id, *match).first;
       fetch.reader_threads.push_back(read.thread_id);
     } else {
       tied->second.part = match->part;
     }
+    tied->second.segment = read.segment_base_offset;
+    tied->second.range_last = read.range_last;
     if (part.reads == 0 || read.start_ns < part.first_start_ns) part.first_start_ns = read.start_ns;
     part.last_end_ns = std::max(part.last_end_ns, read.end_ns);
     ++part.reads;

@@ -68,6 +68,8 @@ struct ObjectRead {
   std::string_view topic_id;
   std::int32_t partition = -1;
   std::int64_t segment_base_offset = -1;
+  std::int64_t range_first = -1;  // the byte range asked for (Range header), -1 when none
+  std::int64_t range_last = -1;
 
   bool succeeded() const { return status >= 200 && status < 300; }
 };

@@ -233,6 +233,10 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
       r.topic_id = g.key_fields.topic_id;
       r.partition = g.key_fields.partition;
       r.segment_base_offset = g.key_fields.base_offset;
+      if (g.range && g.range->first) {
+        r.range_first = static_cast<std::int64_t>(*g.range->first);
+        r.range_last = g.range->last ? static_cast<std::int64_t>(*g.range->last) : -1;
+      }
     }
     attributor.on_object_read(r);
   }

