@@ -96,6 +96,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--prometheus", action="store_true")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--storage-errors", action="store_true",
+                    help="delete one remote segment from s3rver first: GETs of it fail (404)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         if os.environ.get("CI") == "true":
@@ -141,6 +143,14 @@ def main():
         if args.prometheus:
             prom, prom_base = start_prometheus(workdir, f"127.0.0.1:{port}")
 
+        if args.storage_errors:
+            # The first remote segment of partition 0 vanishes from the bucket: every read of it
+            # fails, the broker answers KAFKA_STORAGE_ERROR, and fetchcost must count requests
+            # and errors for the readers but never bytes.
+            key = world.admin("/topics")[0]["partitions"][0]["segments"][0]["object"] + ".log"
+            req = urllib.request.Request(f"http://127.0.0.1:{info['s3']['port']}/tiered/{key}",
+                                         method="DELETE")
+            urllib.request.urlopen(req, timeout=10)
         world.start_tenants()
         time.sleep(args.seconds)
         for name, proc, log in list(world.procs):  # stop the tenants, keep broker and s3rver
@@ -167,6 +177,8 @@ def main():
         print("fetchcost", json.dumps({f"{c}/{t}": v for (c, t), v in sorted(seen.items())}))
         if not truth or sum(v[0] for v in truth.values()) == 0:
             fail("the scenario made no remote reads: nothing was tested")
+        if args.storage_errors and sum(v[2] for v in truth.values()) == 0:
+            fail("no GET failed although a segment was deleted: nothing was tested")
 
         total_bytes = sum(v[0] for v in truth.values())
         if args.transport in ("http", "openssl"):
