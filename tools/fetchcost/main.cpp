@@ -1,4 +1,4 @@
-// fetchcost: the command-line tool (decode, top, report, status; later replay).
+// fetchcost: the command-line tool (decode, top, report, status, replay).
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
