@@ -42,8 +42,8 @@ struct Options {
   Policy default_policy;             // for targets added without their own policy
   Variant variant = Variant::kAuto;  // kSyscallTracepoints forces the fallback
   bool tls = true;                   // attach TLS uprobes to targets' TLS libraries
-  // TLS libraries NOT to hook: "openssl" (also BoringSSL), "gnutls", or a substring of a
-  // library path (e.g. "libgnutls"). A skipped library's connections stay ciphertext.
+  // TLS libraries NOT to hook: "openssl", "boringssl", "gnutls", or a substring of a library
+  // path (e.g. "libgnutls"). A skipped library's connections stay ciphertext.
   std::vector<std::string> tls_skip;
   // Raw (ciphertext) data events of connections whose TLS plaintext is captured are dropped in
   // the drain unless this is set; they are length-only in any case.
@@ -75,7 +75,7 @@ using EventHandler = std::function<void(const EventView&)>;
 // A TLS library found in a target and the functions hooked in it.
 struct TlsAttachment {
   std::string path;     // as the target sees it (from /proc/PID/maps)
-  std::string flavour;  // "openssl" (OpenSSL 1.1/3, BoringSSL) or "gnutls"
+  std::string flavour;  // "openssl" (1.1/3), "boringssl" (also statically linked) or "gnutls"
   std::vector<std::string> functions;
   bool skipped = false;  // found, but not hooked (Options::tls_skip)
   std::string error;     // why attaching failed, if it did
@@ -155,7 +155,7 @@ std::vector<fc_conn_event> scan_connections(pid_t pid);
 struct TlsLibrary {
   std::string path;       // as the process sees it
   std::string host_path;  // /proc/PID/root/... (inside its mount namespace)
-  std::string flavour;    // "openssl" or "gnutls"
+  std::string flavour;    // "openssl", "boringssl" or "gnutls"
   std::vector<std::string> functions;
 };
 std::vector<TlsLibrary> find_tls_libraries(pid_t pid);

@@ -22,11 +22,18 @@
 namespace fc::capture {
 namespace {
 
+// BoringSSL has SSL_read/SSL_write (the Android 13 build in Debian has no _ex variants; they
+// are hooked wherever a build defines them) with OpenSSL's signatures.
 const char* const kOpenSslFunctions[] = {"SSL_read", "SSL_write", "SSL_read_ex", "SSL_write_ex"};
 const char* const kGnuTlsFunctions[] = {"gnutls_record_recv", "gnutls_record_send"};
+// Defined by BoringSSL's libssl and by no OpenSSL release: they tell the two apart, also in a
+// copy linked statically into another library (netty-tcnative-boringssl-static).
+const char* const kBoringSslMarkers[] = {"SSL_CTX_set_strict_cipher_list",
+                                         "SSL_CTX_set_select_certificate_cb"};
 
 struct SymbolScan {
   std::set<std::string> found;
+  bool boringssl = false;
 };
 
 int on_symbol(const char* name, std::uint64_t addr, std::uint64_t /*size*/, void* payload) {
@@ -36,6 +43,8 @@ int on_symbol(const char* name, std::uint64_t addr, std::uint64_t /*size*/, void
     if (std::strcmp(name, f) == 0) scan->found.insert(name);
   for (const char* f : kGnuTlsFunctions)
     if (std::strcmp(name, f) == 0) scan->found.insert(name);
+  for (const char* f : kBoringSslMarkers)
+    if (std::strcmp(name, f) == 0) scan->boringssl = true;
   return 0;
 }
 
@@ -74,11 +83,11 @@ std::vector<TlsLibrary> find_tls_libraries(pid_t pid) {
     bcc_symbol_option option{};
     option.use_symbol_type = (1u << STT_FUNC) | (1u << STT_GNU_IFUNC);
     if (bcc_elf_foreach_sym(host_path.c_str(), on_symbol, &option, &scan) != 0) continue;
-    TlsLibrary openssl{path, host_path, "openssl", {}};
+    TlsLibrary openssl{path, host_path, scan.boringssl ? "boringssl" : "openssl", {}};
     TlsLibrary gnutls{path, host_path, "gnutls", {}};
     for (const std::string& f : scan.found)
       (f.starts_with("SSL_") ? openssl : gnutls).functions.push_back(f);
-    // An OpenSSL flavour needs SSL_read and SSL_write; a GnuTLS one both record calls.
+    // OpenSSL or BoringSSL needs SSL_read and SSL_write; GnuTLS both record calls.
     if (scan.found.count("SSL_read") && scan.found.count("SSL_write")) result.push_back(openssl);
     if (gnutls.functions.size() == 2) result.push_back(gnutls);
   }

@@ -115,8 +115,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "sock-tracepoints", "syscall-tracepoints"}))
       ->capture_default_str();
   app.add_flag("--no-tls", no_tls, "Do not attach TLS uprobes");
-  app.add_option("--tls-skip", tls_skip,
-                 "Do not hook this TLS library: openssl, gnutls, or a path substring (repeatable)");
+  app.add_option(
+      "--tls-skip", tls_skip,
+      "Do not hook this TLS library: openssl, boringssl, gnutls, or a path substring (repeatable)");
   app.add_option("--duration", duration_s,
                  "Stop after this many seconds (0 = run until signalled)");
   app.add_flag("--print-events", print_events,
@@ -139,11 +140,14 @@ int main(int argc, char** argv) {
     if (cgroup.empty()) cgroup = config.cgroup;
     if (app.count("--capture-bytes") == 0) capture_bytes = config.capture_bytes;
     if (app.count("--ring-kib") == 0) ring_kib = config.ring_kib_per_cpu;
-    for (const char* lib : {"openssl", "gnutls", "boringssl"}) {
-      const bool hooked = std::find(config.tls_libraries.begin(), config.tls_libraries.end(),
-                                    lib) != config.tls_libraries.end();
-      if (!hooked && std::string(lib) != "boringssl") tls_skip.push_back(lib);
-    }
+    auto listed = [&](const std::string& lib) {
+      return std::find(config.tls_libraries.begin(), config.tls_libraries.end(), lib) !=
+             config.tls_libraries.end();
+    };
+    // BoringSSL is OpenSSL's fork with the same entry points: "openssl" covers it too, so
+    // configs written before capture told the two apart keep hooking netty-tcnative.
+    for (const std::string lib : {"openssl", "gnutls", "boringssl"})
+      if (!listed(lib) && !(lib == "boringssl" && listed("openssl"))) tls_skip.push_back(lib);
   }
   if (!listen.empty()) config.listen = listen;
 

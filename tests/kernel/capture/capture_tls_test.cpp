@@ -52,22 +52,6 @@ bool open_pair(Pair& p) {
   return p.server >= 0;
 }
 
-struct CertDir {
-  std::string dir, cert, key;
-  CertDir() {
-    char tmpl[] = "/tmp/fc-tls-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
-    cert = dir + "/cert.pem";
-    key = dir + "/key.pem";
-    const std::string cmd =
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + key +
-        " -out " + cert + " -subj /CN=localhost -days 2 2>/dev/null";
-    REQUIRE(std::system(cmd.c_str()) == 0);
-  }
-  ~CertDir() { std::filesystem::remove_all(dir); }
-};
-
 const std::string kRequest1 = pattern(1000, 101);
 const std::string kRequest2 = pattern(5000, 102);
 const std::string kResponse = pattern(7000, 103);
@@ -175,37 +159,6 @@ int gnutls_scenario(Child& self, const CertDir& certs) {
   if (got != kResponse) return 19;
   self.report(1);
   self.wait_parent();
-  return 0;
-}
-
-// The plaintext stream of one connection and direction, from TLS_DATA records: positions must be
-// contiguous from 0 and every byte captured.
-std::string tls_stream(const std::vector<Record>& all, fc_u64 conn_id, fc_u8 dir, fc_u8 lib) {
-  std::vector<Record> evs;
-  for (const auto& r : all)
-    if (r.common.kind == FC_EVENT_TLS_DATA && r.common.conn_id == conn_id &&
-        r.data.direction == dir)
-      evs.push_back(r);
-  std::sort(evs.begin(), evs.end(),
-            [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
-  std::string out;
-  for (const auto& e : evs) {
-    CHECK(e.data.stream_pos == out.size());
-    CHECK(e.data.captured == e.data.length);
-    CHECK(e.data.source == FC_SRC_TLS);
-    CHECK(e.data.tls_lib == lib);
-    CHECK(e.data.tls_obj != 0);
-    CHECK((e.common.flags & FC_FLAG_TLS_UNBOUND) == 0);
-    out += e.payload;
-  }
-  return out;
-}
-
-fc_u64 conn_by_ports(const Collector& col, pid_t pid, std::uint16_t local, std::uint16_t peer) {
-  for (const auto& r : col.of(pid, FC_EVENT_CONNECT))
-    if (r.conn.origin != FC_ORIGIN_PROC_SCAN && r.conn.local_port == local &&
-        r.conn.peer_port == peer)
-      return r.common.conn_id;
   return 0;
 }
 

@@ -1,5 +1,6 @@
 // Shared helpers for the capture kernel tests: a child process that runs a scenario when told
-// to (so it can be made a target first), and a collector that copies every record.
+// to (so it can be made a target first), a collector that copies every record, a throw-away
+// certificate, and the plaintext stream of a TLS connection rebuilt from TLS_DATA records.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -8,13 +9,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "capture/capture.h"
+#include "pattern.h"
 
 namespace fc::capture_test {
 
@@ -136,15 +141,54 @@ struct Collector {
   }
 };
 
-// Deterministic test bytes: stream `seed` byte i.
-inline std::string pattern(std::size_t n, unsigned seed) {
-  std::string s(n, '\0');
-  std::uint32_t x = seed * 2654435761u + 12345u;
-  for (auto& c : s) {
-    x = x * 1103515245u + 12345u;
-    c = static_cast<char>(x >> 16);
+// A fresh self-signed EC certificate and key (openssl CLI), removed at the end.
+struct CertDir {
+  std::string dir, cert, key;
+  CertDir() {
+    char tmpl[] = "/tmp/fc-tls-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+    cert = dir + "/cert.pem";
+    key = dir + "/key.pem";
+    const std::string cmd =
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + key +
+        " -out " + cert + " -subj /CN=localhost -days 2 2>/dev/null";
+    REQUIRE(std::system(cmd.c_str()) == 0);
   }
-  return s;
+  ~CertDir() { std::filesystem::remove_all(dir); }
+};
+
+// The plaintext stream of one connection and direction, from TLS_DATA records: positions must be
+// contiguous from 0 and every byte captured.
+inline std::string tls_stream(const std::vector<Record>& all, fc_u64 conn_id, fc_u8 dir,
+                              fc_u8 lib) {
+  std::vector<Record> evs;
+  for (const auto& r : all)
+    if (r.common.kind == FC_EVENT_TLS_DATA && r.common.conn_id == conn_id &&
+        r.data.direction == dir)
+      evs.push_back(r);
+  std::sort(evs.begin(), evs.end(),
+            [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
+  std::string out;
+  for (const auto& e : evs) {
+    CHECK(e.data.stream_pos == out.size());
+    CHECK(e.data.captured == e.data.length);
+    CHECK(e.data.source == FC_SRC_TLS);
+    CHECK(e.data.tls_lib == lib);
+    CHECK(e.data.tls_obj != 0);
+    CHECK((e.common.flags & FC_FLAG_TLS_UNBOUND) == 0);
+    out += e.payload;
+  }
+  return out;
+}
+
+inline fc_u64 conn_by_ports(const Collector& col, pid_t pid, std::uint16_t local,
+                            std::uint16_t peer) {
+  for (const auto& r : col.of(pid, FC_EVENT_CONNECT))
+    if (r.conn.origin != FC_ORIGIN_PROC_SCAN && r.conn.local_port == local &&
+        r.conn.peer_port == peer)
+      return r.common.conn_id;
+  return 0;
 }
 
 // True while `pid` has not exited (a zombie counts as exited).
