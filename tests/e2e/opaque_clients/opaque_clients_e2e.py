@@ -43,7 +43,7 @@ CLIENT_ID = {t: f"tenant-{t}" for t in TENANTS}
 
 
 class Failure(Exception):
-    pass
+    figures = None  # what was measured before the failed check, for --runs summaries
 
 
 def free_port():
@@ -166,7 +166,12 @@ def run_case(args, mode):
             if not ok:
                 raise Failure(f"ground truth: the ledger {rep['ledger']} does not reconcile with "
                               f"s3rver's request log {rep['s3rver']}")
-            return check(mode, net, ledger, metrics, args.min_share, time.time() - t0)
+            figures = {"mode": mode, "seconds": round(time.time() - t0, 1)}
+            try:
+                return check(mode, net, ledger, metrics, args.min_share, figures)
+            except Failure as e:
+                e.figures = figures
+                raise
     finally:
         if fc and fc.poll() is None:
             fc.send_signal(signal.SIGTERM)
@@ -181,7 +186,7 @@ def run_case(args, mode):
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def check(mode, net, ledger, metrics, min_share, seconds):
+def check(mode, net, ledger, metrics, min_share, figures):
     by_client = {t: CLIENT_ID[t] for t in TENANTS}
     tenant_of_client = {c: t for t, c in by_client.items()}
     truth = {}  # (client_id, topic) -> (bytes, gets, errors)
@@ -208,8 +213,8 @@ def check(mode, net, ledger, metrics, min_share, seconds):
                                                for t in TENANTS}))
     print("  fetchcost series: " + json.dumps(
         [dict(l, bytes=int(v)) for l, v in sorted(bytes_series, key=lambda s: -s[1])]))
-    figures = {"mode": mode, "seconds": round(seconds, 1), "ledger_bytes": total,
-               "fetchcost_bytes": int(seen_total), "gets": ledger["totals"]["gets"]}
+    figures.update(ledger_bytes=total, fetchcost_bytes=int(seen_total),
+                   gets=ledger["totals"]["gets"])
 
     if mode == "readable":
         seen = {}
@@ -220,18 +225,17 @@ def check(mode, net, ledger, metrics, min_share, seconds):
                 cur = list(seen.get(key, (0, 0, 0)))
                 cur[field] += int(v)
                 seen[key] = tuple(cur)
-                t = tenant_of_client.get(c)
-                if t is None:
-                    raise Failure(f"series for an unknown client {labels}: the readable listener "
-                                  f"must attribute by client-id")
-                if labels.get("peer_ip") != net.ip(t):
-                    raise Failure(f"{c} ran on {net.ip(t)} but its series says peer_ip="
-                                  f"{labels.get('peer_ip')!r}: {labels}")
         want = {k: (b, g, 0) for k, (b, g, e) in truth.items()}
+        figures["share"] = round(sum(min(seen.get(k, (0,))[0], b)
+                                     for k, (b, g, e) in want.items()) / total, 4)
         if seen != want:
             raise Failure(f"per-client bytes/GETs differ from the ledger:\n  ledger    {want}\n"
                           f"  fetchcost {seen}")
-        figures["share"] = 1.0
+        for labels, _ in bytes_series + gets_series:
+            t = tenant_of_client.get(labels.get("client_id"))
+            if labels.get("peer_ip") != net.ip(t):
+                raise Failure(f"{labels.get('client_id')} ran on {net.ip(t)} but its series says "
+                              f"peer_ip={labels.get('peer_ip')!r}: {labels}")
         print(f"  readable: per-client bytes and GETs equal to the ledger, peer_ip on every series")
         return figures
 
@@ -304,10 +308,14 @@ def main():
             print("  " + json.dumps(results[-1]), flush=True)
         except Failure as e:
             failures += 1
+            if e.figures and "share" in e.figures:
+                results.append(e.figures)
+                print("  " + json.dumps(e.figures), flush=True)
             print(f"  FAIL: {e}", flush=True)
     if args.runs > 1:
         shares = [r["share"] for r in results]
-        print(f"{args.runs} runs, {failures} failed; share on the right peer: "
+        who = "client" if args.mode == "readable" else "peer"
+        print(f"{args.runs} runs, {failures} failed; share on the right {who}: "
               f"{', '.join(f'{s:.2%}' for s in shares)}; seconds: "
               f"{', '.join(str(r['seconds']) for r in results)}")
     if failures:
