@@ -107,6 +107,21 @@ def start_fetchcostd(args, world, workdir, mode):
             time.sleep(0.2)
 
 
+def tls_uprobes(fc_pid, broker_pid):
+    """Paths of the libraries fetchcostd holds uprobes on, as the kernel lists them (bpftool), and
+    the broker's OpenSSL library (its memory maps)."""
+    out = subprocess.run(["bpftool", "-j", "perf", "list"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise Failure(f"bpftool perf list failed: {out.stderr.strip()}")
+    paths = {os.path.basename(p["filename"]) for p in json.loads(out.stdout)
+             if p["pid"] == fc_pid and p["fd_type"].startswith("uprobe")}
+    with open(f"/proc/{broker_pid}/maps") as f:
+        ssl = {os.path.basename(l.split()[-1]) for l in f if "libssl.so" in l}
+    if not ssl:
+        raise Failure("the simulator has no libssl mapped: its SSL listener is not OpenSSL?")
+    return paths, ssl.pop()
+
+
 def start_tenants(world, net):
     bs = world.info["broker"]["tls_bootstrap"]
     total = PARTITIONS * SEEDED
@@ -158,6 +173,13 @@ def run_case(args, mode):
                 os.killpg(procs["tail"].pid, signal.SIGTERM)
                 procs["tail"].wait(timeout=15)
                 time.sleep(2)  # fetchcostd settles what was in flight
+                hooked, libssl = tls_uprobes(fc.pid, world.broker.pid)
+                if mode == "opaque" and libssl in hooked:
+                    raise Failure(f"fetchcostd holds uprobes on the broker's {libssl}: the "
+                                  f"listener is not opaque")
+                if mode == "readable" and libssl not in hooked:
+                    raise Failure(f"fetchcostd holds no uprobe on the broker's {libssl}: "
+                                  f"{sorted(hooked)}")
                 ledger = world.admin("/ledger")
                 metrics = get(base + "/metrics")
                 with open(os.path.join(workdir, "metrics.txt"), "w") as f:
