@@ -119,6 +119,17 @@ bool printable(std::span<const std::uint8_t> s) {
   return true;
 }
 
+// A client id that may start a resynchronised header: no control characters (C0, DEL). Bytes
+// above 0x7e pass: client ids are UTF-8 (or, from a broken client, anything); sanitizing them is
+// the sensors' job, and requiring ASCII here lost every request of such a client on connections
+// first seen mid-stream (all of them with the sock tracepoints).
+bool plausible_client_id(std::span<const std::uint8_t> s) {
+  for (std::uint8_t c : s) {
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
 enum class Probe { kNo, kYes, kNeedMore };
 
 }  // namespace
@@ -223,7 +234,7 @@ struct Decoder::Impl {
     }
     std::size_t header_end = 14 + std::max<int>(client_len, 0);
     if (n < header_end) return Probe::kNeedMore;
-    if (!printable({p + 14, header_end - 14})) return Probe::kNo;
+    if (!plausible_client_id({p + 14, header_end - 14})) return Probe::kNo;
     if (!verify) return Probe::kYes;
     const std::uint64_t frame = 4ull + size;
     if (bodies::decodes_request_body(key, version) && size <= options.max_decoded_frame) {
