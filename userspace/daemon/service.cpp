@@ -202,6 +202,7 @@ struct Service::Impl {
   std::uint64_t last_budget_ns = 0;
   std::shared_ptr<ActionCounters> actions = std::make_shared<ActionCounters>();
   std::uint64_t config_errors = 0;
+  std::uint64_t drops_before = 0;  // ring drops of captures since closed (attribution off/on)
 
   explicit Impl(const Config& c)
       : config(c),
@@ -307,6 +308,7 @@ struct Service::Impl {
     m.events = events;
     m.config_errors = config_errors;
     for (const auto& cpu : capture_status.per_cpu) m.ring_drops_per_cpu.push_back(cpu.drops);
+    m.attribution_incomplete = incomplete();
     m.probes_attached = capture_status.programs.size();
     for (const auto& t : capture_status.targets)
       for (const auto& l : t.tls) m.probes_attached += l.skipped ? 0 : l.functions.size();
@@ -322,6 +324,9 @@ struct Service::Impl {
     }
     return m;
   }
+
+  // Events lost in the ring buffers (now, or before a detach) leave holes no decoder can fill.
+  bool incomplete() const { return drops_before + capture_status.totals.drops > 0; }
 
   void release(std::uint64_t before_ns) {
     std::sort(held.begin(), held.end(), [](const HeldRecord& a, const HeldRecord& b) {
@@ -419,6 +424,7 @@ struct Service::Impl {
                          {"events", capture_status.totals.events},
                          {"drops_per_cpu", drops},
                          {"attribution_enabled", enabled.load()},
+                         {"attribution_complete", !incomplete()},
                          {"reads", {{"exact", m.reads_exact}, {"estimated", m.reads_estimated},
                                     {"unattributed", m.reads_unattributed}}},
                          {"price_table", config.price_table},
@@ -587,6 +593,8 @@ void Service::tick(std::uint64_t now_ns) {
 
 void Service::set_capture_status(const capture::Status& status) {
   std::lock_guard lock(impl_->mutex);
+  // An empty status means the capture was closed: keep its drops for attribution_complete.
+  if (status.per_cpu.empty()) impl_->drops_before += impl_->capture_status.totals.drops;
   impl_->capture_status = status;
 }
 

@@ -35,6 +35,8 @@ struct SelfMetrics {
   std::uint64_t targets = 0;
   std::uint64_t config_errors = 0;
   bool attribution_enabled = true;
+  // Capture events were lost (ring buffer drops), so some reads may be missing from the figures.
+  bool attribution_incomplete = false;
   std::string version;
 };
 

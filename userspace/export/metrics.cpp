@@ -150,6 +150,16 @@ std::string render_prometheus(const sensors::SensorTable& sensors, const SelfMet
                               "Config reloads refused (the running config was kept)",
                               MetricType::Counter);
   config_errors.metric.push_back(counter({}, static_cast<double>(self.config_errors)));
+  auto sanitized = family("fetchcost_sanitized_labels_total",
+                          "Client ids and topics changed to be label values (invalid UTF-8, "
+                          "control characters, over 255 bytes)",
+                          MetricType::Counter);
+  sanitized.metric.push_back(counter({}, static_cast<double>(stats.sanitized_labels)));
+  auto incomplete = family("fetchcost_attribution_incomplete",
+                           "1 when capture events were lost (ring buffer drops): figures since "
+                           "then may miss reads",
+                           MetricType::Gauge);
+  incomplete.metric.push_back(gauge({}, self.attribution_incomplete ? 1 : 0));
   auto info = family("fetchcost_build_info", "fetchcostd version", MetricType::Gauge);
   info.metric.push_back(gauge({{"version", self.version}}, 1));
 
@@ -157,7 +167,7 @@ std::string render_prometheus(const sensors::SensorTable& sensors, const SelfMet
                                 object_bytes, delivered, amplification, groups, sensor_count,
                                 evictions, sensor_memory, events, drops,  parse,
                                 reads,  probes,    targets,       enabled,   config_errors,
-                                info};
+                                sanitized, incomplete, info};
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, all);
   return out.str();
