@@ -33,14 +33,16 @@ using Clock = std::chrono::steady_clock;
 namespace api {
 constexpr int16_t kProduce = 0, kFetch = 1, kListOffsets = 2, kMetadata = 3, kOffsetCommit = 8,
                   kOffsetFetch = 9, kFindCoordinator = 10, kJoinGroup = 11, kHeartbeat = 12,
-                  kLeaveGroup = 13, kSyncGroup = 14, kApiVersions = 18;
+                  kLeaveGroup = 13, kSyncGroup = 14, kSaslHandshake = 17, kApiVersions = 18,
+                  kSaslAuthenticate = 36;
 }
 namespace err {
 constexpr int16_t kNone = 0, kOffsetOutOfRange = 1, kUnknownTopicOrPartition = 3,
                   kIllegalGeneration = 22, kUnknownMemberId = 25, kRebalanceInProgress = 27,
                   kUnsupportedVersion = 35, kKafkaStorageError = 56, kFetchSessionIdNotFound = 70,
                   kInvalidFetchSessionEpoch = 71, kUnknownTopicId = 100,
-                  kInconsistentGroupProtocol = 23;
+                  kInconsistentGroupProtocol = 23, kUnsupportedSaslMechanism = 33,
+                  kIllegalSaslState = 34, kSaslAuthenticationFailed = 58;
 }
 
 struct ApiRange {
@@ -53,7 +55,13 @@ constexpr ApiRange kApis[] = {
     {api::kMetadata, 0, 12, 9},       {api::kOffsetCommit, 0, 8, 8}, {api::kOffsetFetch, 0, 8, 6},
     {api::kFindCoordinator, 0, 5, 3}, {api::kJoinGroup, 0, 9, 6},    {api::kHeartbeat, 0, 4, 4},
     {api::kLeaveGroup, 0, 5, 4},      {api::kSyncGroup, 0, 5, 4},    {api::kApiVersions, 0, 3, 3},
+    // Advertised only with --sasl-plain (SASL_PLAINTEXT): SaslHandshake then framed tokens in
+    // SaslAuthenticate (what clients do after handshake v1; raw v0 tokens are not served).
+    {api::kSaslHandshake, 0, 1, 99},  {api::kSaslAuthenticate, 0, 1, 2},
 };
+static bool is_sasl(int16_t key) {
+  return key == api::kSaslHandshake || key == api::kSaslAuthenticate;
+}
 
 static const ApiRange* find_api(int16_t key) {
   for (const auto& a : kApis)
@@ -447,6 +455,8 @@ class Broker {
 
   void api_versions(Request& r, Reader& rd);
   void metadata(Request& r, Reader& rd);
+  void sasl_handshake(Request& r, Reader& rd);
+  void sasl_authenticate(Request& r, Reader& rd);
   void list_offsets(Request& r, Reader& rd);
   void fetch(Request& r, Reader& rd);
   void find_coordinator(Request& r, Reader& rd);
@@ -496,6 +506,7 @@ class Broker {
   uint64_t next_member_ = 1;
 
   std::atomic<uint64_t> api_version_counts_[19][18] = {};  // [api key][version], for /stats
+  std::atomic<uint64_t> stat_sasl_[2] = {0, 0};  // SASL/PLAIN authentications ok, failed
   std::atomic<uint64_t> stat_requests_{0}, stat_fetches_{0}, stat_remote_reads_{0},
       stat_remote_timeouts_{0}, stat_local_bytes_{0}, stat_remote_bytes_{0};
 };
@@ -942,6 +953,7 @@ nlohmann::json Broker::stats() {
         versions[std::string(names[k]) + " v" + std::to_string(v)] = n;
   return {{"requests", stat_requests_.load()},
           {"fetches", stat_fetches_.load()},
+          {"sasl_authentications", {{"ok", stat_sasl_[0].load()}, {"failed", stat_sasl_[1].load()}}},
           {"remote_reads", stat_remote_reads_.load()},
           {"remote_read_timeouts", stat_remote_timeouts_.load()},
           {"local_bytes", stat_local_bytes_.load()},
@@ -955,6 +967,8 @@ void Broker::handle(Request& r) {
             r.frame.size() - r.body_offset, r.flexible);
   const ApiRange* a = find_api(r.api_key);
   if (r.api_key == api::kApiVersions) return api_versions(r, rd);
+  if (is_sasl(r.api_key) && config_.sasl_plain_users.empty())
+    throw WireError("SASL is not enabled (--sasl-plain)");
   if (r.api_version < a->min || r.api_version > advertised_max(*a) || r.api_key == api::kProduce)
     throw WireError("unsupported version " + std::to_string(r.api_version));
   switch (r.api_key) {
@@ -978,6 +992,10 @@ void Broker::handle(Request& r) {
       return offset_commit(r, rd);
     case api::kOffsetFetch:
       return offset_fetch(r, rd);
+    case api::kSaslHandshake:
+      return sasl_handshake(r, rd);
+    case api::kSaslAuthenticate:
+      return sasl_authenticate(r, rd);
   }
   throw WireError("unhandled api");
 }
@@ -991,8 +1009,10 @@ void Broker::api_versions(Request& r, Reader&) {
   ResponseBuilder b(r.correlation_id, false, supported && r.api_version >= 3);
   Writer& w = b.w;
   w.i16(supported ? err::kNone : err::kUnsupportedVersion);
-  w.array_len(int32_t(std::size(kApis)));
+  const bool sasl = !config_.sasl_plain_users.empty();
+  w.array_len(int32_t(std::size(kApis)) - (sasl ? 0 : 2));
   for (const auto& a : kApis) {
+    if (is_sasl(a.key) && !sasl) continue;
     w.i16(a.key);
     w.i16(a.min);
     w.i16(advertised_max(a));
@@ -1001,6 +1021,45 @@ void Broker::api_versions(Request& r, Reader&) {
   if (supported && r.api_version >= 1) w.i32(0);
   w.tags();
   respond(b.finish(r.conn));
+}
+
+// SASL/PLAIN (RFC 4616) for SASL_PLAINTEXT clients: SaslHandshake v1 names the mechanism, then
+// SaslAuthenticate carries "authzid\0user\0password". The password is compared and forgotten:
+// never logged (the point of the fixture is to check that nobody else logs it either).
+void Broker::sasl_handshake(Request& r, Reader& rd) {
+  const std::string mechanism = rd.string();
+  ResponseBuilder b(r.correlation_id, false, false);
+  b.w.i16(mechanism == "PLAIN" ? err::kNone : err::kUnsupportedSaslMechanism);
+  b.w.array_len(1);
+  b.w.string("PLAIN");
+  respond(b.finish(r.conn));
+}
+
+void Broker::sasl_authenticate(Request& r, Reader& rd) {
+  const std::string token = rd.bytes();
+  const auto first = token.find('\0');
+  const auto second = first == std::string::npos ? first : token.find('\0', first + 1);
+  bool ok = false;
+  std::string user;
+  if (second != std::string::npos) {
+    user = token.substr(first + 1, second - first - 1);
+    const std::string password = token.substr(second + 1);
+    auto it = config_.sasl_plain_users.find(user);
+    ok = it != config_.sasl_plain_users.end() && it->second == password;
+  }
+  ResponseBuilder b(r.correlation_id, r.flexible, r.flexible);
+  b.w.i16(ok ? err::kNone : err::kSaslAuthenticationFailed);
+  b.w.nstring(ok ? std::nullopt : std::optional<std::string>("Authentication failed: invalid "
+                                                               "username or password"));
+  b.w.bytes("");
+  if (r.api_version >= 1) b.w.i64(0);  // session lifetime: no re-authentication
+  b.w.tags();
+  Response resp = b.finish(r.conn);
+  resp.close = !ok;  // Kafka closes the connection after a failed authentication
+  stat_sasl_[ok ? 0 : 1]++;
+  spdlog::info("SASL/PLAIN authentication of user {} from client {}: {}", user, r.client_id,
+               ok ? "ok" : "failed");
+  respond(std::move(resp));
 }
 
 void Broker::metadata(Request& r, Reader& rd) {

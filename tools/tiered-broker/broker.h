@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +35,8 @@ struct BrokerConfig {
   int group_initial_delay_ms = 3000;  // group.initial.rebalance.delay.ms
   int node_id = 1;
   int fetch_max_version = 17;
+  // SASL/PLAIN users (name → password); empty: SASL is neither advertised nor served.
+  std::map<std::string, std::string> sasl_plain_users;
   bool wake_parked_fetches = false;  // set when an appender runs (see notify_appended)  // lower it
                                      // to make a client use an older Fetch version
 };

@@ -49,6 +49,14 @@ std::string fetch_request(const std::string& client_id, const std::string& topic
   return std::move(w.buf());
 }
 
+// The one request of a run without churn, built once.
+const std::string& req_fixed(const std::string& client_id, const std::string& topic, int partition,
+                             int64_t offset, int32_t max_wait_ms, int32_t max_bytes) {
+  static const std::string req =
+      fetch_request(client_id, topic, partition, offset, max_wait_ms, max_bytes, 1);
+  return req;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -71,11 +79,23 @@ int main(int argc, char** argv) {
   app.add_option("--connections", connections)->capture_default_str();
   app.add_option("--seconds", seconds)->capture_default_str();
   app.add_option("--client-id", client_id)->capture_default_str();
+  uint64_t client_ids = 0;
+  app.add_option("--client-ids", client_ids,
+                 "churn: each request uses the next of this many client-ids, "
+                 "<client-id>-<n> (0: always --client-id)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  uint64_t sent = 0;
+  auto next_request = [&]() -> const std::string& {
+    static std::string churned;
+    if (client_ids == 0) return req_fixed(client_id, topic, partition, offset, max_wait_ms, max_bytes);
+    churned = fetch_request(client_id + "-" + std::to_string(sent++ % client_ids), topic, partition,
+                            offset, max_wait_ms, max_bytes, 1);
+    return churned;
+  };
 
   int ep = epoll_create1(0);
   std::vector<Conn> conns(connections);
-  std::string req = fetch_request(client_id, topic, partition, offset, max_wait_ms, max_bytes, 1);
   for (int i = 0; i < connections; ++i) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -93,6 +113,7 @@ int main(int argc, char** argv) {
     ev.events = EPOLLIN;
     ev.data.u32 = uint32_t(i);
     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    const std::string& req = next_request();
     if (write(fd, req.data(), req.size()) != ssize_t(req.size())) return 1;
   }
   auto start = std::chrono::steady_clock::now();
@@ -116,6 +137,7 @@ int main(int argc, char** argv) {
         c.rbuf.erase(0, 4 + size);
         responses++;
         bytes += 4 + size;
+        const std::string& req = next_request();
         if (write(c.fd, req.data(), req.size()) != ssize_t(req.size())) return 1;
       }
     }
@@ -123,8 +145,9 @@ int main(int argc, char** argv) {
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
       "{\"fetch_requests_per_second\": %.0f, \"responses\": %llu, \"response_mib\": %.1f, "
-      "\"connections\": %d, \"seconds\": %.2f}\n",
+      "\"connections\": %d, \"seconds\": %.2f, \"client_ids_used\": %llu}\n",
       double(responses) / took, static_cast<unsigned long long>(responses),
-      double(bytes) / (1 << 20), connections, took);
+      double(bytes) / (1 << 20), connections, took,
+      static_cast<unsigned long long>(client_ids ? std::min(sent, client_ids) : 1));
   return 0;
 }

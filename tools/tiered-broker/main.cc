@@ -7,11 +7,13 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <thread>
 
 #include "broker.h"
+#include "records.h"
 #include "ledger.h"
 #include "log.h"
 #include "s3.h"
@@ -132,11 +134,26 @@ int main(int argc, char** argv) {
   app.add_option("--produce-interval-ms", produce_interval_ms,
                  "append one batch to every partition this often, for tailing consumers (0: off)")
       ->capture_default_str();
+  std::string record_marker;
+  app.add_option("--record-marker", record_marker,
+                 "put this string in every record value after the key (payload-leak tests)");
+  std::vector<std::string> sasl_users;
+  app.add_option("--sasl-plain", sasl_users,
+                 "USER:PASSWORD: serve SASL/PLAIN (SASL_PLAINTEXT) with this user (repeatable)");
   app.add_option("--ready-file", ready_file,
                  "write {\"kafka_port\",\"tls_port\",\"admin_port\",\"pid\"} here once serving");
   app.add_option("--ledger-file", ledger_file, "write the ledger (JSON) here on exit");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  tb::set_record_marker(record_marker);
+  for (const auto& u : sasl_users) {
+    const auto colon = u.find(':');
+    if (colon == std::string::npos || colon == 0) {
+      std::fprintf(stderr, "tiered-broker: --sasl-plain expects USER:PASSWORD\n");
+      return 2;
+    }
+    bc.sasl_plain_users[u.substr(0, colon)] = u.substr(colon + 1);
+  }
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   if (!split_host_port(listen, &bc.listen_host, &bc.port)) {
@@ -204,13 +221,13 @@ int main(int argc, char** argv) {
     res.set_content("ok\n", "text/plain");
   });
   admin.Get("/ledger", [&](const httplib::Request& req, httplib::Response& res) {
-    res.set_content(ledger.to_json(req.has_param("gets")).dump(2), "application/json");
+    res.set_content(ledger.to_json(req.has_param("gets")).dump(2, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
   });
   admin.Get("/stats", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(tb::broker_stats(broker.get()).dump(2), "application/json");
+    res.set_content(tb::broker_stats(broker.get()).dump(2, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
   });
   admin.Get("/groups", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(tb::broker_groups(broker.get()).dump(2), "application/json");
+    res.set_content(tb::broker_groups(broker.get()).dump(2, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
   });
   admin.Get("/topics", [&](const httplib::Request&, httplib::Response& res) {
     nlohmann::json topics = nlohmann::json::array();
@@ -289,7 +306,7 @@ int main(int argc, char** argv) {
   tb::stop_broker(broker.get());
   if (!ledger_file.empty()) {
     std::string tmp = ledger_file + ".tmp";
-    std::ofstream(tmp) << ledger.to_json(true).dump(2) << "\n";
+    std::ofstream(tmp) << ledger.to_json(true).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     std::rename(tmp.c_str(), ledger_file.c_str());
   }
   return 0;

@@ -30,9 +30,18 @@ std::string message_key(const std::string& topic, int partition, int64_t offset)
   return topic + "/" + std::to_string(partition) + "/" + std::to_string(offset);
 }
 
+namespace {
+std::string& record_marker() {
+  static std::string marker;
+  return marker;
+}
+}  // namespace
+
+void set_record_marker(std::string marker) { record_marker() = std::move(marker); }
+
 std::string message_value(const std::string& topic, int partition, int64_t offset,
                           size_t value_size) {
-  std::string v = message_key(topic, partition, offset) + "/";
+  std::string v = message_key(topic, partition, offset) + "/" + record_marker();
   if (v.size() < value_size) v.append(value_size - v.size(), char('a' + offset % 26));
   return v;
 }
