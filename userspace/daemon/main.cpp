@@ -16,6 +16,7 @@
 
 #include "capture/capture.h"
 #include "daemon/config.h"
+#include "daemon/privileges.h"
 #include "daemon/service.h"
 #include "daemon/targets.h"
 
@@ -215,6 +216,11 @@ int main(int argc, char** argv) {
     return true;
   };
   if ((*service)->attribution_enabled() && !open_capture()) return 2;
+  // Probes attached, listen socket bound: keep only what re-attaching needs (daemon/privileges.h).
+  if (auto caps = fc::daemon::drop_unneeded_capabilities(); !caps)
+    std::fprintf(stderr, "fetchcostd: warning: %s\n", caps.error().message.c_str());
+  else
+    std::fprintf(stderr, "fetchcostd: capabilities now %s\n", caps->c_str());
 
   auto refresh_targets = [&] {
     std::vector<pid_t> wanted(pids.begin(), pids.end());
