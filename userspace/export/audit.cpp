@@ -40,7 +40,14 @@ void AuditLog::rotate() {
   size_ = 0;
 }
 
-void AuditLog::write(const AuditRecord& r) {
+void AuditLog::write(const AuditRecord& record) {
+  // Names as the metrics show them (valid UTF-8, no control characters, at most 255 bytes): a
+  // 32 KiB client-id must not fill the recent ring, and top's drill-down filters by the label.
+  AuditRecord r = record;
+  std::string client, group, topic;
+  r.client_id = sensors::sanitize_label_into(record.client_id, client);
+  r.group_id = sensors::sanitize_label_into(record.group_id, group);
+  r.topic = sensors::sanitize_label_into(record.topic, topic);
   {
     std::lock_guard lock(recent_mutex_);
     RecentRead read{r.unix_ms,  std::string(r.client_id),  std::string(r.group_id),

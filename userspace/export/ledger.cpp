@@ -43,7 +43,10 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& state_dir) {
 std::string Ledger::path() const { return dir_ + "/ledger.json"; }
 
 void Ledger::add(std::int64_t unix_seconds, const LedgerKey& key, const LedgerValue& value) {
-  LedgerKey k = key;
+  // Keys as the metrics show them: client-ids come off the wire as any bytes (invalid UTF-8 made
+  // save() throw and took fetchcostd down), and the report must match the labels.
+  LedgerKey k{0, sensors::sanitize_label(key.client_id), sensors::sanitize_label(key.group_id),
+              sensors::sanitize_label(key.topic), key.method};
   k.hour = unix_seconds / 3600;
   std::lock_guard lock(mutex_);
   LedgerValue& v = buckets_[k];
@@ -65,7 +68,9 @@ Result<void> Ledger::save() const {
                       {"cost_egress", v.cost_egress}});
     }
   }
-  const std::string text = nlohmann::json{{"version", 1}, {"buckets", rows}}.dump();
+  // Replace mode: a ledger written before keys were sanitized may still hold invalid UTF-8.
+  const std::string text = nlohmann::json{{"version", 1}, {"buckets", rows}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
   const std::string tmp = path() + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return make_error("cannot write " + tmp + ": " + std::strerror(errno));
