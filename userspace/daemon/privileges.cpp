@@ -15,10 +15,6 @@ constexpr std::array<cap_value_t, 6> kKept = {CAP_BPF,           CAP_PERFMON,   
                                               CAP_SYS_RESOURCE,  CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH};
 
 bool kept(cap_value_t c) {
-  // CAP_SYS_ADMIN only where the kernel predates CAP_BPF (< 5.8): there it is what loading and
-  // attaching tracing programs takes. With CAP_BPF, re-attaching works without it (checked by
-  // tests/e2e/reliability: attribution off/on and a broker restart after the drop).
-  if (c == CAP_SYS_ADMIN) return !CAP_IS_SUPPORTED(CAP_BPF);
   for (cap_value_t k : kKept)
     if (k == c) return true;
   return false;
@@ -42,7 +38,6 @@ Result<std::string> drop_unneeded_capabilities() {
   std::array<cap_value_t, kKept.size()> have{};
   int n = 0;
   for (cap_value_t c : kKept) {
-    if (!kept(c)) continue;
     cap_flag_value_t v = CAP_CLEAR;
     if (cap_get_flag(current.get(), c, CAP_PERMITTED, &v) == 0 && v == CAP_SET) have[n++] = c;
   }

@@ -5,8 +5,10 @@
 //   CAP_BPF, CAP_PERFMON  load/attach BPF programs and uprobes: attribution off→on re-opens the
 //                         capture, and each new broker process (a restart, a new pid) gets its
 //                         TLS uprobes;
-//   CAP_SYS_ADMIN         only on kernels without CAP_BPF (< 5.8), where loading and attaching
-//                         tracing programs requires it; dropped elsewhere;
+//   CAP_SYS_ADMIN         TLS uprobes on a new broker pid: without it creating the uprobe perf
+//                         events fails with EACCES even with CAP_PERFMON (Linux 6.18, measured
+//                         by tests/e2e/reliability), and kernels < 5.8 (no CAP_BPF) need it for
+//                         every tracing program;
 //   CAP_SYS_RESOURCE      kernels < 5.11 charge BPF maps to RLIMIT_MEMLOCK on every re-attach;
 //   CAP_SYS_PTRACE        /proc/PID/{maps,fd,root} of a broker run by another user or with
 //                         more capabilities (TLS libraries, connections open at attach);
