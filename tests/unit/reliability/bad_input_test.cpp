@@ -3,7 +3,10 @@
 // client-ids. Nothing may crash, allocate by a size read off the wire, or reach a label unsanitized.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -387,4 +390,38 @@ TEST_CASE("a connection first seen mid-stream: UTF-8 and invalid client-ids are 
   decoder.data(1, kafka::Direction::kRequest, 1, 0, req.size(), req);
   decoder.close(1, 2);
   CHECK(sink.exchanges.empty());
+}
+
+TEST_CASE("ledger and audit log: invalid UTF-8 and 32 KiB client-ids are stored sanitized") {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("fc_rel_ledger_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto ledger = exporter::Ledger::open(dir.string());
+  REQUIRE(ledger);
+  std::string client = "bad\xff" + std::string(32767, 'c');
+  exporter::LedgerKey key{0, client, "g\x01", "scan", "exact"};
+  (*ledger)->add(3600 * 10, key, {10, 1, 0, 0.1, 0});
+  (*ledger)->add(3600 * 10, key, {5, 1, 1, 0.1, 0});
+  REQUIRE((*ledger)->save());  // threw on invalid UTF-8 before: fetchcostd died at the next save
+  auto again = exporter::Ledger::open(dir.string());
+  REQUIRE(again);
+  const auto rows = (*again)->query(0, 1LL << 40);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].first.client_id == sensors::sanitize_label(client));
+  CHECK(rows[0].first.group_id == "g_");
+  CHECK(rows[0].second.bytes == 15);
+  CHECK(rows[0].second.errors == 1);
+
+  auto audit = exporter::AuditLog::open((dir / "audit.jsonl").string(), 1 << 20, 1);
+  REQUIRE(audit);
+  exporter::AuditRecord r;
+  r.client_id = client;
+  r.topic = "scan";
+  r.method = "exact";
+  (*audit)->write(r);
+  const auto recent = (*audit)->recent("", 10);
+  REQUIRE(recent.size() == 1);
+  CHECK(recent[0].client_id.size() <= sensors::kMaxLabelBytes);
+  CHECK(recent[0].client_id == sensors::sanitize_label(client));
+  std::filesystem::remove_all(dir);
 }
