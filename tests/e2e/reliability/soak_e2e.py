@@ -1,0 +1,125 @@
+#!/usr/bin/python3
+"""Soak (root, real kernel, tiered-broker + s3rver + fetchcostd): fetches at a high rate with
+client-ids churning through 100,000 distinct ones, most reading local data (sendfile), some
+reading remote data (a GET each, so a sensor each). fetchcostd runs with a sensor bound far below
+the number of client-ids, so sensors are evicted into __other__ all the time.
+
+  memory      fetchcostd's RSS, sampled every second, stays flat after the warm-up: its growth
+              over the second half of the run is below --max-growth-mib
+  bound       live sensors never exceed max_sensors
+  exact       bytes, GETs and errors summed over every client (live and __other__ folds) equal
+              the simulator's ledger totals: folding loses nothing
+
+  soak_e2e.py --fetchcostd BIN --broker BIN --load BIN [--seconds 40] [--client-ids 100000]
+  (CI runs 40 s; the 30-minute run is the `bench` test e2e_reliability_soak_30min)
+"""
+import argparse
+import os
+import subprocess
+import tempfile
+import time
+
+from common import (Fetchcostd, check, finish, free_port, ledger_by_client, metric_values,
+                    remote_offset, require_root, scenario, wait_until)
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fetchcostd", required=True)
+    ap.add_argument("--broker", required=True)
+    ap.add_argument("--load", required=True)
+    ap.add_argument("--seconds", type=float, default=40)
+    ap.add_argument("--client-ids", type=int, default=100000)
+    ap.add_argument("--max-sensors", type=int, default=2000)
+    ap.add_argument("--max-growth-mib", type=float, default=16)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    require_root()
+    workdir = tempfile.mkdtemp(prefix="fc-soak-")
+    kafka_port = free_port()
+    world = scenario.World(workdir, broker_bin=args.broker, topics=["scan:2:3000:1000"],
+                           segment_bytes=256 * 1024, chunk_size=16 * 1024,
+                           extra_broker_args=["--listen", f"127.0.0.1:{kafka_port}",
+                                              "--remote-fetch-max-wait-ms", "10000"])
+    fc = None
+    loads = []
+    try:
+        world.start()
+        info = world.info
+        fc = Fetchcostd(args.fetchcostd, workdir, "fetchcostd", {
+            "targets": {"pids": [info["broker"]["pid"]]},
+            "kafka_ports": [kafka_port],
+            "object_store": {"ports": [info["s3"]["port"]]},
+            "log_dirs": [info["broker"]["log_dirs"]],
+            "sensors": {"max_sensors": args.max_sensors},
+        }).start()
+        check(wait_until(lambda: fc.status()["targets"], 20), "broker watched")
+        log_start, local_start = remote_offset(world, "scan", 0)
+        common = [args.load, "--port", str(kafka_port), "--seconds", str(args.seconds),
+                  "--client-ids", str(args.client_ids), "--max-bytes", "16384"]
+        # Local reads at a high rate (client-ids "local-N") and remote reads (client-ids
+        # "remote-N": every fetch a GET, every client-id a sensor).
+        loads.append(subprocess.Popen(common + ["--offset", str(local_start), "--connections",
+                                                "8", "--client-id", "local"],
+                                      stdout=subprocess.PIPE, text=True))
+        loads.append(subprocess.Popen(common + ["--offset", str(log_start), "--partition", "1",
+                                                "--connections", "8", "--client-id", "remote"],
+                                      stdout=subprocess.PIPE, text=True))
+        samples = []
+        live_max = 0
+        t0 = time.time()
+        while any(p.poll() is None for p in loads):
+            samples.append((time.time() - t0, rss_kib(fc.proc.pid)))
+            live = metric_values(fc.metrics(), "fetchcost_sensors").get('{state="live"}', 0)
+            live_max = max(live_max, live)
+            time.sleep(1)
+        for p in loads:
+            print("load:", p.stdout.read().strip())
+            check(p.returncode == 0, "load generator ran to the end")
+        time.sleep(3)  # the broker answers the last fetches; fetchcostd settles
+        half = [kib for t, kib in samples if t >= args.seconds / 2]
+        growth = (max(half) - half[0]) / 1024 if half else 0
+        print("rss MiB over time:", " ".join(f"{t:.0f}:{kib / 1024:.1f}" for t, kib in samples))
+        check(growth < args.max_growth_mib,
+              f"RSS flat over the second half: +{growth:.1f} MiB (limit {args.max_growth_mib})")
+        check(live_max <= args.max_sensors, f"live sensors <= max_sensors ({live_max:.0f})")
+
+        ledger = world.admin("/ledger")
+        remote_ids = {e["client_id"] for e in ledger["entries"]}
+        print(f"client-ids with remote reads: {len(remote_ids)}; ledger totals {ledger['totals']}")
+        check(len(remote_ids) > args.max_sensors, "more client-ids read remotely than sensors")
+
+        def totals():
+            b = r = e = 0
+            for v in fc.clients().values():
+                b, r, e = b + v[0], r + v[1], e + v[2]
+            return b, r, e
+        led = ledger["totals"]
+        want = (led["bytes"], led["gets"], led["errors"])
+        check(wait_until(lambda: totals() == want, 20, 0.5),
+              f"totals over every sensor (with __other__) {totals()} == ledger {want}")
+        others = sum(1 for s in fc.clients() if s == "__other__")
+        st = fc.status()["sensors"]
+        print(f"sensors: {st}")
+        check(st["evictions"] > 0 and others == 1, "evicted sensors folded into __other__")
+        check(fc.alive(), "fetchcostd alive")
+    finally:
+        for p in loads:
+            if p.poll() is None:
+                p.kill()
+        if fc:
+            fc.stop()
+        world.stop()
+    finish(workdir, args.keep)
+
+
+if __name__ == "__main__":
+    main()
