@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <pcap/pcap.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <map>
@@ -178,10 +179,13 @@ class DecoderSink : public FlowSink {
   }
   void data(std::uint64_t connection, bool from_client, std::uint64_t ns, std::uint64_t pos,
             std::uint64_t length, std::span<const std::uint8_t> captured) override {
-    decoder_.data(connection, from_client ? kafka::Direction::kRequest : kafka::Direction::kResponse,
-                  ns, pos, length, captured);
+    decoder_.data(connection,
+                  from_client ? kafka::Direction::kRequest : kafka::Direction::kResponse, ns, pos,
+                  length, captured);
   }
-  void close(std::uint64_t connection, std::uint64_t ns) override { decoder_.close(connection, ns); }
+  void close(std::uint64_t connection, std::uint64_t ns) override {
+    decoder_.close(connection, ns);
+  }
   void end(std::uint64_t ns) override { decoder_.close_all(ns); }
 
  private:
@@ -226,6 +230,10 @@ Result<PcapStats> PcapSource::run(FlowSink& decoder) {
       continue;
     }
     const std::uint16_t port = impl_->options.broker_port;
+    const auto is_server_port = [&](std::uint16_t p) {
+      const auto& known = impl_->options.server_ports;
+      return std::find(known.begin(), known.end(), p) != known.end();
+    };
     bool to_broker;
     if (port) {
       if (pkt.dst.port == port) {
@@ -245,6 +253,8 @@ Result<PcapStats> PcapSource::run(FlowSink& decoder) {
         to_broker = false;
       } else if ((pkt.flags & kSyn)) {
         to_broker = !(pkt.flags & kAck);
+      } else if (is_server_port(pkt.dst.port) != is_server_port(pkt.src.port)) {
+        to_broker = is_server_port(pkt.dst.port);
       } else {
         to_broker = pkt.dst.port < pkt.src.port;
       }
@@ -282,8 +292,7 @@ Result<PcapStats> PcapSource::run(FlowSink& decoder) {
       if (seq.position(pkt.seq, &pos)) {
         if (pkt.captured < pkt.length) ++stats.truncated_segments;
         stats.payload_bytes += pkt.length;
-        decoder.data(flow.connection, to_broker, ns, pos, pkt.length,
-                     {pkt.payload, pkt.captured});
+        decoder.data(flow.connection, to_broker, ns, pos, pkt.length, {pkt.payload, pkt.captured});
       }
     }
     if (pkt.flags & kRst) {

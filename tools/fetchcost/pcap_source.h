@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "base/result.h"
 #include "kafka/kafka.h"
@@ -22,9 +23,12 @@ struct PcapStats {
 
 struct PcapOptions {
   std::string path;
-  // Broker port; 0 = every TCP port, each connection's server side taken from its SYN (else the
-  // lower port).
+  // Broker port; 0 = every TCP port, each connection's server side taken from its SYN, else from
+  // `server_ports`, else the lower port.
   std::uint16_t broker_port = 9092;
+  // Ports known to be servers (the broker's listeners, the object store's): a flow already open
+  // when the capture started has no SYN to say which side listens.
+  std::vector<std::uint16_t> server_ports;
 };
 
 // One TCP flow's two ends; the server is the side that answered the SYN (or the broker port).

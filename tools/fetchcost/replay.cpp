@@ -61,8 +61,10 @@ class PipelineSink : public fc::tools::FlowSink {
     const std::uint16_t local = kafka ? ends.server_port : ends.client_port;
     const std::uint16_t peer = kafka ? ends.client_port : ends.server_port;
     const std::string& peer_ip = kafka ? ends.client_ip : ends.server_ip;
-    if (from_start) pipeline_.open(connection, ns, local, peer, peer_ip);
-    else pipeline_.describe(connection, local, peer, peer_ip);
+    if (from_start)
+      pipeline_.open(connection, ns, local, peer, peer_ip);
+    else
+      pipeline_.describe(connection, local, peer, peer_ip);
   }
 
   void data(std::uint64_t connection, bool from_client, std::uint64_t ns, std::uint64_t position,
@@ -146,7 +148,10 @@ int run_replay(const ReplayOptions& o) {
     return 2;
   }
   PipelineSink sink(**pipeline, o);
-  fc::tools::PcapSource source({.path = o.pcap, .broker_port = 0});
+  std::vector<std::uint16_t> server_ports = o.kafka_ports;
+  server_ports.insert(server_ports.end(), o.object_store_ports.begin(), o.object_store_ports.end());
+  fc::tools::PcapSource source(
+      {.path = o.pcap, .broker_port = 0, .server_ports = std::move(server_ports)});
   auto stats = source.run(sink);
   if (!stats) {
     std::fprintf(stderr, "fetchcost replay: %s\n", stats.error().message.c_str());
@@ -159,9 +164,8 @@ int run_replay(const ReplayOptions& o) {
     }
   }
   std::map<std::string, std::string> groups;
-  sensors.for_each_group([&](std::string_view c, std::string_view g) {
-    groups[std::string(c)] = std::string(g);
-  });
+  sensors.for_each_group(
+      [&](std::string_view c, std::string_view g) { groups[std::string(c)] = std::string(g); });
   sensors.for_each([&](const fc::sensors::SensorView& s) {
     const auto& c = s.counters;
     nlohmann::json row{{"client_id", s.client_id},
@@ -202,10 +206,10 @@ void add_replay_command(CLI::App& app) {
                   "The broker's log dirs (local log start offsets, topic ids)");
   cmd->add_option("--kafka-port", options->kafka_ports, "Broker listener ports")
       ->capture_default_str();
-  cmd->add_option("--object-store-port", options->object_store_ports,
-                  "Object-store endpoint ports")
+  cmd->add_option("--object-store-port", options->object_store_ports, "Object-store endpoint ports")
       ->capture_default_str();
-  cmd->add_option("--key-layout", options->key_layout, "aiven, or regex:<pattern with named groups>")
+  cmd->add_option("--key-layout", options->key_layout,
+                  "aiven, or regex:<pattern with named groups>")
       ->capture_default_str();
   cmd->add_option("--price-table", options->price_table, "Preset name or JSON file")
       ->capture_default_str();

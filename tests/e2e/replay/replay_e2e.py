@@ -67,7 +67,7 @@ def main():
         procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in clients]
         for p in procs:
             try:
-                p.wait(timeout=60)
+                p.wait(timeout=150)
             except subprocess.TimeoutExpired:
                 p.kill()
                 fail(f"client {p.args[0]} did not finish")
