@@ -583,14 +583,19 @@ int BPF_PROG(sock_recv_length, struct sock* sk, int ret, int flags) {
   return on_sock_io(sk, ret, flags, FC_DIR_RECV);
 }
 
-/* A tracked socket reaching TCP_CLOSE is gone (after close(), a reset, or TIME_WAIT). */
+/* A tracked socket reaching TCP_CLOSE is gone (after close(), a reset, or TIME_WAIT). Also
+ * loaded with the syscall-tracepoint variant where the kernel has it: there it reports the
+ * connections that end without a close() of their own (reset by the peer, timed out, the
+ * process exited); an explicit close() has already reported and removed the connection. */
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(sock_set_state, struct sock* sk, int oldstate, int newstate) {
   if (newstate != TCP_CLOSE) return 0;
   __u64 key = (__u64)sk;
   struct conn_state* st = bpf_map_lookup_elem(&conns, &key);
   if (!st) return 0;
-  if (!st->ignored && st->conn_id == bpf_get_socket_cookie(sk))
+  /* Synthetic ids (fallback) are keyed by the live socket: accept/connect replace the entry. */
+  if (!st->ignored &&
+      ((st->conn_id & FC_CONN_ID_SYNTHETIC) || st->conn_id == bpf_get_socket_cookie(sk)))
     emit_close(st, bpf_get_current_pid_tgid());
   bpf_map_delete_elem(&conns, &key);
   return 0;

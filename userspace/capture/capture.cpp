@@ -44,10 +44,14 @@ fc_policy to_abi(const Policy& p) {
   return out;
 }
 
+bool kernel_has_state_tracepoint() {
+  return libbpf_find_vmlinux_btf_id("inet_sock_set_state", BPF_TRACE_RAW_TP) > 0;
+}
+
 bool kernel_has_sock_tracepoints() {
   return libbpf_find_vmlinux_btf_id("sock_send_length", BPF_TRACE_RAW_TP) > 0 &&
          libbpf_find_vmlinux_btf_id("sock_recv_length", BPF_TRACE_RAW_TP) > 0 &&
-         libbpf_find_vmlinux_btf_id("inet_sock_set_state", BPF_TRACE_RAW_TP) > 0;
+         kernel_has_state_tracepoint();
 }
 
 bool is_sock_program(const char* name) {
@@ -233,13 +237,17 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
       options.wakeup_bytes ? options.wakeup_bytes : std::max<std::size_t>(impl->ring_bytes / 8, 1);
 
   // Feature probe result: load exactly one socket variant; TLS programs load always (they are
-  // attached per target later, by hand).
+  // attached per target later, by hand). The fallback also takes the TCP state tracepoint when
+  // the kernel has it, for connections that end without a close() (resets, process exit).
+  const bool state_tp = kernel_has_state_tracepoint();
   bpf_program* prog;
   bpf_object__for_each_program(prog, impl->skel->obj) {
     const char* name = bpf_program__name(prog);
-    const bool load = is_tls_program(name) ||
-                      (impl->variant == Variant::kSockTracepoints ? is_sock_program(name)
-                                                                  : is_syscall_program(name));
+    const bool load =
+        is_tls_program(name) ||
+        (impl->variant == Variant::kSockTracepoints
+             ? is_sock_program(name)
+             : is_syscall_program(name) || (state_tp && std::strcmp(name, "sock_set_state") == 0));
     bpf_program__set_autoload(prog, load);
   }
 

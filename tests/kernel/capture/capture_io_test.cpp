@@ -1,8 +1,9 @@
 // Kernel test: every data syscall variant on a loopback TCP connection, IPv4 and IPv6, on both
 // capture variants. The events of each connection and direction must reassemble to exactly the
 // bytes sent, with exact positions and lengths, and holes exactly where the caps put them.
-// Also: fd reuse gives a new generation, close events carry the byte counts, and a process that
-// is not a target produces nothing.
+// Also: fd reuse gives a new generation, close events carry the byte counts (also for a
+// connection reset by its peer, never closed by the target), and a process that is not a target
+// produces nothing.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -604,4 +605,71 @@ TEST_CASE("per-connection policy takes effect, sock tracepoints") {
 }
 TEST_CASE("per-connection policy takes effect, syscall tracepoints") {
   run_policy(Variant::kSyscallTracepoints);
+}
+
+namespace {
+
+// A keep-alive connection that dies without a close() of the target's own: the peer (the test
+// process, not a target) resets it. The target's socket reaches TCP_CLOSE and must be reported
+// closed while the target still holds the fd.
+void run_reset(Variant variant) {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  Collector col({.ring_bytes_per_cpu = 1 << 20, .default_policy = kDefault, .variant = variant});
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  REQUIRE(bind(listener, reinterpret_cast<sockaddr*>(&a), len) == 0);
+  REQUIRE(listen(listener, 1) == 0);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  Child target([&](Child& self) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 10;
+    const std::string msg = pattern(300, 11);
+    if (write(fd, msg.data(), msg.size()) != 300) return 11;
+    self.report(fd);
+    self.wait_parent();  // the connection is reset meanwhile; the fd stays open until exit
+    return 0;
+  });
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  const int fd = static_cast<int>(target.receive());
+  int peer = accept(listener, nullptr, nullptr);
+  REQUIRE(peer >= 0);
+  REQUIRE(wait_inq(peer, 300));
+  linger reset{1, 0};
+  setsockopt(peer, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+  close(peer);  // unread data + linger 0: an RST
+  close(listener);
+  usleep(100000);
+  col.drain(5);
+  std::vector<Record> conns;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_CONNECT))
+    if (r.common.fd == fd && r.conn.origin != FC_ORIGIN_PROC_SCAN) conns.push_back(r);
+  REQUIRE(conns.size() == 1);
+  std::vector<Record> closes;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_CLOSE))
+    if (r.common.conn_id == conns[0].common.conn_id) closes.push_back(r);
+  REQUIRE(closes.size() == 1);  // before the target exits: it never called close()
+  CHECK(closes[0].common.generation == conns[0].common.generation);
+  CHECK(closes[0].conn.bytes[FC_DIR_SEND] == 300);
+  CHECK(closes[0].conn.bytes[FC_DIR_RECV] == 0);
+  target.nod();
+  CHECK(target.wait() == 0);
+  col.drain(3);  // exit closes the fd: no second CLOSE for the same connection
+  std::size_t after = 0;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_CLOSE))
+    after += r.common.conn_id == conns[0].common.conn_id;
+  CHECK(after == 1);
+}
+
+}  // namespace
+
+TEST_CASE("a connection reset by the peer is reported closed, sock tracepoints") {
+  run_reset(Variant::kSockTracepoints);
+}
+TEST_CASE("a connection reset by the peer is reported closed, syscall tracepoints") {
+  run_reset(Variant::kSyscallTracepoints);
 }
