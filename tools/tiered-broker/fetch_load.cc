@@ -79,6 +79,11 @@ int main(int argc, char** argv) {
   app.add_option("--connections", connections)->capture_default_str();
   app.add_option("--seconds", seconds)->capture_default_str();
   app.add_option("--client-id", client_id)->capture_default_str();
+  double rate = 0;
+  app.add_option("--rate", rate, "at most this many fetches per second in all (0: as fast as "
+                                 "the broker answers)")
+      ->capture_default_str();
+  uint64_t sent_total = 0;
   uint64_t client_ids = 0;
   app.add_option("--client-ids", client_ids,
                  "churn: each request uses the next of this many client-ids, "
@@ -114,6 +119,7 @@ int main(int argc, char** argv) {
     ev.data.u32 = uint32_t(i);
     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
     const std::string& req = next_request();
+    ++sent_total;
     if (write(fd, req.data(), req.size()) != ssize_t(req.size())) return 1;
   }
   auto start = std::chrono::steady_clock::now();
@@ -121,8 +127,22 @@ int main(int argc, char** argv) {
   uint64_t responses = 0, bytes = 0;
   std::vector<epoll_event> events(connections);
   char buf[1 << 16];
+  // --rate: a connection whose answer came early waits here for its next request.
+  std::vector<int> idle;
+  auto due = [&] {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return rate <= 0 || double(sent_total) < rate * elapsed;
+  };
   while (std::chrono::steady_clock::now() < end) {
-    int n = epoll_wait(ep, events.data(), connections, 100);
+    while (!idle.empty() && due()) {
+      Conn& c = conns[idle.back()];
+      idle.pop_back();
+      const std::string& req = next_request();
+      ++sent_total;
+      if (write(c.fd, req.data(), req.size()) != ssize_t(req.size())) return 1;
+    }
+    int n = epoll_wait(ep, events.data(), connections, idle.empty() ? 100 : 1);
     for (int i = 0; i < n; ++i) {
       Conn& c = conns[events[i].data.u32];
       ssize_t r = read(c.fd, buf, sizeof buf);
@@ -137,7 +157,12 @@ int main(int argc, char** argv) {
         c.rbuf.erase(0, 4 + size);
         responses++;
         bytes += 4 + size;
+        if (!due()) {
+          idle.push_back(int(events[i].data.u32));
+          continue;
+        }
         const std::string& req = next_request();
+        ++sent_total;
         if (write(c.fd, req.data(), req.size()) != ssize_t(req.size())) return 1;
       }
     }
