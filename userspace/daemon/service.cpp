@@ -32,6 +32,10 @@ constexpr std::uint64_t kReorderWindowNs = 5'000'000;  // records older than thi
 constexpr std::uint64_t kLedgerSaveIntervalNs = 10'000'000'000;
 constexpr std::uint64_t kBudgetIntervalNs = 1'000'000'000;
 constexpr int kMaxActionsInFlight = 4;  // beyond this, actions are skipped (and counted)
+// Held records are recycled so holding an event allocates nothing; the spare pool and the
+// payload capacity a spare keeps are bounded so a burst does not pin memory for good.
+constexpr std::size_t kMaxSpareRecords = 4096;
+constexpr std::size_t kMaxSparePayloadBytes = 2048;
 constexpr const char* kVersion = "0.1.0";
 
 extern "C" char** environ;
@@ -150,14 +154,19 @@ nlohmann::json config_json(const Config& c) {
 
 // An owned copy of one capture record (the ring buffer slot is reused after the callback).
 struct HeldRecord {
-  std::uint64_t time_ns = 0;
-  std::uint64_t sequence = 0;
   fc_event_common common{};
   fc_data_event data{};
   fc_conn_event conn{};
   bool is_data = false;
   std::vector<std::uint8_t> payload;
   std::vector<fc_segment> segments;
+};
+
+// What the reorder window sorts: a 24-byte key, not the ~400-byte record.
+struct HeldKey {
+  std::uint64_t time_ns = 0;
+  std::uint64_t sequence = 0;
+  std::unique_ptr<HeldRecord> record;
 };
 
 // The tier map as the attribution stage wants it.
@@ -192,12 +201,14 @@ struct Service::Impl {
   std::string currency;
 
   std::mutex mutex;  // guards the pipeline and status against the HTTP thread
-  std::vector<HeldRecord> held;
+  // Only the capture thread (on_event, tick, shutdown) touches these: no lock per event.
+  std::vector<HeldKey> held;
+  std::vector<std::unique_ptr<HeldRecord>> spare;
   std::uint64_t sequence = 0;
   std::uint64_t last_save_ns = 0;
   std::atomic<bool> enabled{true};
   capture::Status capture_status;
-  std::uint64_t events = 0;
+  std::atomic<std::uint64_t> events{0};  // counted without the lock, read by the HTTP thread
   BudgetTracker budgets;
   std::uint64_t last_budget_ns = 0;
   std::shared_ptr<ActionCounters> actions = std::make_shared<ActionCounters>();
@@ -305,7 +316,7 @@ struct Service::Impl {
     exporter::SelfMetrics m;
     m.version = "0.1.0";
     m.attribution_enabled = enabled;
-    m.events = events;
+    m.events = events.load(std::memory_order_relaxed);
     m.config_errors = config_errors;
     for (const auto& cpu : capture_status.per_cpu) m.ring_drops_per_cpu.push_back(cpu.drops);
     m.attribution_incomplete = incomplete();
@@ -328,20 +339,34 @@ struct Service::Impl {
   // Events lost in the ring buffers (now, or before a detach) leave holes no decoder can fill.
   bool incomplete() const { return drops_before + capture_status.totals.drops > 0; }
 
+  std::unique_ptr<HeldRecord> take_record() {
+    if (spare.empty()) return std::make_unique<HeldRecord>();
+    auto r = std::move(spare.back());
+    spare.pop_back();
+    return r;
+  }
+
+  void recycle(std::unique_ptr<HeldRecord> r) {
+    if (spare.size() >= kMaxSpareRecords) return;
+    if (r->payload.capacity() > kMaxSparePayloadBytes) std::vector<std::uint8_t>().swap(r->payload);
+    spare.push_back(std::move(r));
+  }
+
   void release(std::uint64_t before_ns) {
-    std::sort(held.begin(), held.end(), [](const HeldRecord& a, const HeldRecord& b) {
+    std::sort(held.begin(), held.end(), [](const HeldKey& a, const HeldKey& b) {
       return a.time_ns != b.time_ns ? a.time_ns < b.time_ns : a.sequence < b.sequence;
     });
     std::size_t n = 0;
     while (n < held.size() && held[n].time_ns < before_ns) ++n;
     for (std::size_t i = 0; i < n; ++i) {
-      HeldRecord& r = held[i];
+      HeldRecord& r = *held[i].record;
       capture::EventView view{r.common};
       if (r.is_data) view.data = &r.data;
       else view.conn = &r.conn;
       view.payload = r.payload;
       view.segments = r.segments;
       feed->on_event(view);
+      recycle(std::move(held[i].record));
     }
     held.erase(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n));
   }
@@ -442,7 +467,7 @@ struct Service::Impl {
       doc["events_per_cpu"] = events_per_cpu;
       doc["drops"] = capture_status.totals.drops;
       doc["tls_events"] = capture_status.totals.tls_events;
-      doc["handled_events"] = events;
+      doc["handled_events"] = events.load(std::memory_order_relaxed);
       doc["parse_errors"] = m.parse_errors;
       const auto st = sensors.stats();
       doc["sensors"] = {{"live", st.live_sensors}, {"other", st.other_sensors},
@@ -557,24 +582,22 @@ Service::Service(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Service::~Service() { impl_->http.stop(); }
 
 void Service::on_event(const capture::EventView& event) {
-  std::lock_guard lock(impl_->mutex);
-  ++impl_->events;
-  if (!impl_->enabled) return;
-  HeldRecord r;
-  r.time_ns = event.common.timestamp_ns;
-  r.sequence = impl_->sequence++;
-  r.common = event.common;
+  // No lock: the held records belong to the capture thread (see Impl::held).
+  impl_->events.fetch_add(1, std::memory_order_relaxed);
+  if (!impl_->enabled || (!event.data && !event.conn)) return;
+  auto r = impl_->take_record();
+  r->common = event.common;
+  r->is_data = event.data != nullptr;
   if (event.data) {
-    r.is_data = true;
-    r.data = *event.data;
-    r.payload.assign(event.payload.begin(), event.payload.end());
-    r.segments.assign(event.segments.begin(), event.segments.end());
-  } else if (event.conn) {
-    r.conn = *event.conn;
+    r->data = *event.data;
+    r->payload.assign(event.payload.begin(), event.payload.end());
+    r->segments.assign(event.segments.begin(), event.segments.end());
   } else {
-    return;
+    r->conn = *event.conn;
+    r->payload.clear();
+    r->segments.clear();
   }
-  impl_->held.push_back(std::move(r));
+  impl_->held.push_back({event.common.timestamp_ns, impl_->sequence++, std::move(r)});
 }
 
 void Service::tick(std::uint64_t now_ns) {

@@ -17,9 +17,10 @@ class Service {
   static Result<std::unique_ptr<Service>> create(const Config& config);
   ~Service();
 
-  // Called from the capture drain. Records are held briefly and handed to the pipeline in
-  // timestamp order: the per-CPU ring buffers are drained one after the other, so a later
-  // record on one CPU can be read before an earlier one on another.
+  // Called from the capture drain, on the thread that calls tick() (no lock per event).
+  // Records are held briefly and handed to the pipeline in timestamp order: the per-CPU ring
+  // buffers are drained one after the other, so a later record on one CPU can be read before
+  // an earlier one on another.
   void on_event(const capture::EventView& event);
   // Periodic (every poll): releases ordered records, expires state, saves the ledger now and then.
   void tick(std::uint64_t monotonic_now_ns);
