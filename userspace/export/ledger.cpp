@@ -58,19 +58,28 @@ void Ledger::add(std::int64_t unix_seconds, const LedgerKey& key, const LedgerVa
 }
 
 Result<void> Ledger::save() const {
-  nlohmann::json rows = nlohmann::json::array();
+  // Written row by row: a JSON tree of every bucket cost ~1.5 KiB per row, tens of MiB every
+  // save once a churning population of client-ids had read remotely (the reliability soak).
+  // Replace mode: a ledger written before keys were sanitized may still hold invalid UTF-8.
+  const auto str = [](const std::string& v) {
+    return nlohmann::json(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  const auto num = [](double v) { return nlohmann::json(v).dump(); };
+  std::string text = "{\"buckets\":[";
   {
     std::lock_guard lock(mutex_);
+    bool first = true;
     for (const auto& [k, v] : buckets_) {
-      rows.push_back({{"hour", k.hour}, {"client_id", k.client_id}, {"group_id", k.group_id},
-                      {"topic", k.topic}, {"method", k.method}, {"bytes", v.bytes},
-                      {"requests", v.requests}, {"errors", v.errors}, {"cost_api", v.cost_api},
-                      {"cost_egress", v.cost_egress}});
+      if (!first) text += ',';
+      first = false;
+      text += "{\"bytes\":" + std::to_string(v.bytes) + ",\"client_id\":" + str(k.client_id) +
+              ",\"cost_api\":" + num(v.cost_api) + ",\"cost_egress\":" + num(v.cost_egress) +
+              ",\"errors\":" + std::to_string(v.errors) + ",\"group_id\":" + str(k.group_id) +
+              ",\"hour\":" + std::to_string(k.hour) + ",\"method\":" + str(k.method) +
+              ",\"requests\":" + std::to_string(v.requests) + ",\"topic\":" + str(k.topic) + "}";
     }
   }
-  // Replace mode: a ledger written before keys were sanitized may still hold invalid UTF-8.
-  const std::string text = nlohmann::json{{"version", 1}, {"buckets", rows}}.dump(
-      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  text += "],\"version\":1}";
   const std::string tmp = path() + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return make_error("cannot write " + tmp + ": " + std::strerror(errno));
