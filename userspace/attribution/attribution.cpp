@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <list>
+#include <map>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -26,6 +27,8 @@ struct PendingPartition {
   bool answered = false;        // the partition was in the response
   std::uint64_t delivered = 0;  // record bytes the response carried for it
   bool remote_answer = false;   // records, or a storage error (a failed remote read)
+  bool storage_error = false;   // answered KAFKA_STORAGE_ERROR: its remote read failed
+  bool failure_taken = false;   // a held failed GET went to this storage error
 };
 
 struct PendingFetch {
@@ -84,6 +87,12 @@ struct Attributor::Impl {
   std::unordered_map<std::uint64_t, std::string> peers;
   std::uint64_t latest_ns = 0;        // the newest time seen in any input
   std::vector<ObjectRead> estimates;  // estimated reads not settled yet (no views inside)
+  // Failed exact GETs not decided yet, with their own copies of what the read's views named.
+  struct HeldFailure {
+    ObjectRead read;
+    std::string key, topic, topic_id;
+  };
+  std::vector<HeldFailure> failures;
 
   Impl(Sink& s, const LocalTier* t, Options o) : sink(s), tier(t), options(o) {}
 
@@ -144,7 +153,8 @@ struct Attributor::Impl {
             (!t.id.is_zero() && t.id.to_base64() == part.topic_id)) {
           part.answered = true;
           part.delivered = rp.records_size > 0 ? static_cast<std::uint64_t>(rp.records_size) : 0;
-          part.remote_answer = part.delivered > 0 || rp.error_code == kKafkaStorageError;
+          part.storage_error = rp.error_code == kKafkaStorageError;
+          part.remote_answer = part.delivered > 0 || part.storage_error;
           break;
         }
       }
@@ -227,53 +237,74 @@ struct Attributor::Impl {
   // its data, so an answered fetch takes none (a reader thread starts the next fetch's GET before
   // the network thread sends the last answer: by time alone, concurrent replays were misread). A
   // failed GET may only be known later (its connection's close, a retry, its thread moving on):
-  // it goes to the fetch answered after it started.
-  static bool before_answer(const PendingFetch& fetch, const ObjectRead& read) {
+  // it goes to the fetch answered after it started. A fetch answered without its remote data
+  // (remote.fetch.max.wait.ms passed) did not stop the read: the GETs that started before that
+  // answer, and the rest of that task on the same thread, are still its.
+  static bool before_answer(const PendingFetch& fetch, const PendingPartition& part,
+                            const ObjectRead& read, bool continues_task) {
     if (fetch.answered_ns == 0) return true;
-    return !read.succeeded() && read.start_ns < fetch.answered_ns;
+    const bool timed_out = part.answered && !part.remote_answer;
+    if (read.start_ns < fetch.answered_ns && (!read.succeeded() || timed_out)) return true;
+    return continues_task && timed_out;
+  }
+
+  static bool names_partition(const PendingPartition& part, const ObjectRead& read) {
+    return part.partition == read.partition &&
+           (part.topic == read.topic || (!read.topic_id.empty() && part.topic_id == read.topic_id));
+  }
+
+  // The fetch the read's thread is serving, when the read continues its task (same segment, the
+  // next range). A read that does not continue it ends that task.
+  std::optional<Affinity> match_thread(const ObjectRead& read) {
+    auto it = by_thread.find(read.thread_id);
+    if (it == by_thread.end()) return std::nullopt;
+    const Affinity& a = it->second;
+    const bool same_task =
+        read.segment_base_offset < 0 || a.segment < 0 ||
+        (a.segment == read.segment_base_offset &&
+         (a.range_last < 0 || read.range_first < 0 || read.range_first == a.range_last + 1));
+    if (same_task && names_partition(a.fetch->parts[a.part], read) &&
+        a.fetch->request_ns <= read.start_ns &&
+        before_answer(*a.fetch, a.fetch->parts[a.part], read, /*continues_task=*/true))
+      return a;
+    if (!same_task) a.fetch->parts[a.part].read_done = true;  // its task ended
+    return std::nullopt;
+  }
+
+  const std::vector<FetchIt>* partition_bucket(const ObjectRead& read) const {
+    for (std::string_view name : {read.topic, read.topic_id}) {
+      if (name.empty()) continue;
+      auto b = by_partition.find(partition_key(name, read.partition));
+      if (b != by_partition.end()) return &b->second;
+    }
+    return nullptr;
   }
 
   // Finds the fetch and partition an exact read belongs to.
   std::optional<Affinity> match_exact(const ObjectRead& read) {
-    auto matches = [&](const PendingPartition& part) {
-      return part.partition == read.partition &&
-             (part.topic == read.topic ||
-              (!read.topic_id.empty() && part.topic_id == read.topic_id));
-    };
-    if (auto it = by_thread.find(read.thread_id); it != by_thread.end()) {
-      const Affinity& a = it->second;
-      const bool same_task =
-          read.segment_base_offset < 0 || a.segment < 0 ||
-          (a.segment == read.segment_base_offset &&
-           (a.range_last < 0 || read.range_first < 0 || read.range_first == a.range_last + 1));
-      if (same_task && matches(a.fetch->parts[a.part]) && a.fetch->request_ns <= read.start_ns &&
-          before_answer(*a.fetch, read))
-        return a;
-      if (!same_task) a.fetch->parts[a.part].read_done = true;  // its task ended
-    }
-    const std::vector<FetchIt>* bucket = nullptr;
-    for (std::string_view name : {read.topic, read.topic_id}) {
-      if (name.empty()) continue;
-      auto b = by_partition.find(partition_key(name, read.partition));
-      if (b != by_partition.end()) {
-        bucket = &b->second;
-        break;
-      }
-    }
+    if (auto a = match_thread(read)) return a;
+    return match_ranked(read);
+  }
+
+  // Pending fetches of the read's partition, ranked.
+  std::optional<Affinity> match_ranked(const ObjectRead& read) {
+    const std::vector<FetchIt>* bucket = partition_bucket(read);
     if (!bucket) return std::nullopt;
+    auto matches = [&](const PendingPartition& part) { return names_partition(part, read); };
     // Oldest first among the best ranked: a fetch no other thread is reading, and whose first
     // remote partition this is, before the others.
     std::optional<Affinity> best;
     int best_rank = -1;
     for (FetchIt fetch : *bucket) {  // bucket is in arrival order
-      if (fetch->request_ns > read.start_ns || !before_answer(*fetch, read)) continue;
+      if (fetch->request_ns > read.start_ns) continue;
       for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
         const auto& part = fetch->parts[i];
-        if (!matches(part)) continue;
+        if (!matches(part) || !before_answer(*fetch, part, read, false)) continue;
         if (read.segment_base_offset >= 0 && part.fetch_offset < read.segment_base_offset) continue;
-        // A partition whose remote read already ended (in Kafka <= 4.1, one task per fetch)
-        // takes no new task.
-        const int rank = (part.read_done && options.one_remote_partition_per_fetch ? -4 : 0) +
+        // A partition whose remote read already ended (in Kafka <= 4.1, one task per fetch), or
+        // failed (a failed GET ends its task), takes no new task.
+        const bool ended = part.read_done || part.failure_taken;
+        const int rank = (ended && options.one_remote_partition_per_fetch ? -4 : 0) +
                          (fetch->reader_threads.empty() ? 2 : 0) + (part.first_remote ? 1 : 0);
         if (rank > best_rank) {
           best = Affinity{fetch, i};
@@ -338,6 +369,7 @@ struct Attributor::Impl {
   // Decides held estimated reads that ended at least estimate_settle_ns before `now_ns`, in start
   // order (cycles of different connections complete out of order).
   void settle(std::uint64_t now_ns) {
+    settle_failures(now_ns);
     if (estimates.empty()) return;
     std::vector<ObjectRead> ripe;
     std::erase_if(estimates, [&](const ObjectRead& r) {
@@ -353,7 +385,137 @@ struct Attributor::Impl {
 
   void on_read(const ObjectRead& read) {
     const bool exact = read.method == Method::kExact && !read.topic.empty();
-    std::optional<Affinity> match = exact ? match_exact(read) : match_estimated(read);
+    decide(read, exact, exact ? match_exact(read) : match_estimated(read));
+  }
+
+  // Holds a failed exact GET unless it continues its thread's task (a manifest, then a failing
+  // chunk): which fetch it failed for shows in the answers that follow it.
+  void on_failed(const ObjectRead& read) {
+    if (auto a = match_thread(read)) {
+      decide(read, true, a);
+      return;
+    }
+    by_thread.erase(read.thread_id);  // a failed read ends its thread's task
+    HeldFailure held{read, std::string(read.object_key), std::string(read.topic),
+                     std::string(read.topic_id)};
+    failures.push_back(std::move(held));
+  }
+
+  // Decides the held failed GETs that ended estimate_settle_ns before `now_ns`. A failed remote
+  // read ends its task and the broker answers that partition with KAFKA_STORAGE_ERROR: each such
+  // answer had one failed GET, inside its fetch's window (request ≤ GET start, GET end ≤ answer;
+  // GET start ≤ answer when the failure was only known late). Which reader thread takes which
+  // queued task, and which GET ends or is answered first, does not follow arrival: by arrival
+  // order, or by the first answer after each GET, a client retrying a failed read without pause
+  // took the GETs of others. So the held GETs and the storage errors not matched yet are matched
+  // as a whole (a maximum matching: then every client gets as many failed GETs as it had storage
+  // errors), and the ripe GETs keep theirs; a GET no storage error takes is ranked as any read.
+  void settle_failures(std::uint64_t now_ns) {
+    if (failures.empty()) return;
+    bool any_ripe = false;
+    for (const HeldFailure& f : failures)
+      any_ripe |= now_ns == ~0ull || f.read.end_ns + options.estimate_settle_ns <= now_ns;
+    if (!any_ripe) return;
+    for (HeldFailure& f : failures) {  // views into the held copies (moved since they were held)
+      f.read.object_key = f.key;
+      f.read.topic = f.topic;
+      f.read.topic_id = f.topic_id;
+    }
+    std::vector<std::optional<Affinity>> matched = match_failures();
+    std::vector<std::pair<HeldFailure, std::optional<Affinity>>> ripe;
+    std::vector<HeldFailure> kept;
+    for (std::size_t i = 0; i < failures.size(); ++i) {
+      HeldFailure& f = failures[i];
+      if (now_ns == ~0ull || f.read.end_ns + options.estimate_settle_ns <= now_ns)
+        ripe.emplace_back(std::move(f), matched[i]);
+      else
+        kept.push_back(std::move(f));
+    }
+    failures = std::move(kept);
+    std::stable_sort(ripe.begin(), ripe.end(), [](const auto& a, const auto& b) {
+      return a.first.read.end_ns < b.first.read.end_ns;
+    });
+    for (auto& [f, match] : ripe)  // before any ranked GET sees these tasks as open
+      if (match) match->fetch->parts[match->part].failure_taken = true;
+    for (auto& [f, match] : ripe) {
+      f.read.object_key = f.key;
+      f.read.topic = f.topic;
+      f.read.topic_id = f.topic_id;
+      if (!match) match = match_ranked(f.read);
+      decide(f.read, true, match, /*tie_thread=*/false);  // its task ended with it
+    }
+  }
+
+  // A maximum matching of held failed GETs to the answers not matched yet, per partition: first
+  // storage errors (the GET ended before the answer), then the fetches answered without their
+  // remote data (remote.fetch.max.wait.ms passed: the read, and its failure, went on after the
+  // answer; the GET started before it). Greedy, which is optimal for this order structure:
+  // answers by request time, latest first; each takes, of the GETs started after its request,
+  // the one due last before its answer (one due earlier fits every answer this one fits).
+  std::vector<std::optional<Affinity>> match_failures() {
+    std::vector<std::optional<Affinity>> out(failures.size());
+    std::unordered_map<std::string, std::vector<std::size_t>> by_key;
+    for (std::size_t i = 0; i < failures.size(); ++i) {
+      const ObjectRead& r = failures[i].read;
+      by_key[partition_key(r.topic.empty() ? r.topic_id : r.topic, r.partition)].push_back(i);
+    }
+    for (auto& [key, reads] : by_key) {
+      const ObjectRead& first = failures[reads.front()].read;
+      const std::vector<FetchIt>* bucket = partition_bucket(first);
+      if (!bucket) continue;
+      std::vector<Affinity> errors, timeouts;
+      for (FetchIt fetch : *bucket) {
+        if (fetch->answered_ns == 0) continue;
+        for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
+          const auto& part = fetch->parts[i];
+          if (part.failure_taken || !part.answered || !names_partition(part, first)) continue;
+          if (part.storage_error)
+            errors.push_back({fetch, i});
+          else if (!part.remote_answer && part.first_remote)
+            timeouts.push_back({fetch, i});
+        }
+      }
+      std::sort(reads.begin(), reads.end(), [&](std::size_t a, std::size_t b) {
+        return failures[a].read.start_ns > failures[b].read.start_ns;
+      });
+      // A GET failed on its own ends before the storage error; one known late only started.
+      greedy_match(errors, reads, out,
+                   [](const ObjectRead& r) { return r.status > 0 ? r.end_ns : r.start_ns; });
+      greedy_match(timeouts, reads, out, [](const ObjectRead& r) { return r.start_ns; });
+    }
+    return out;
+  }
+
+  template <typename Due>
+  void greedy_match(std::vector<Affinity>& answers, const std::vector<std::size_t>& reads,
+                    std::vector<std::optional<Affinity>>& out, Due due) {
+    std::sort(answers.begin(), answers.end(), [](const Affinity& a, const Affinity& b) {
+      return a.fetch->request_ns > b.fetch->request_ns;
+    });
+    std::multimap<std::uint64_t, std::size_t> open;  // GETs started after the request, by due
+    std::size_t next = 0;
+    for (const Affinity& answer : answers) {
+      const PendingFetch& fetch = *answer.fetch;
+      for (; next < reads.size() && failures[reads[next]].read.start_ns >= fetch.request_ns;
+           ++next) {
+        if (!out[reads[next]]) open.emplace(due(failures[reads[next]].read), reads[next]);
+      }
+      auto it = open.upper_bound(fetch.answered_ns);
+      while (it != open.begin()) {  // of a GET in this fetch's segment or a later one
+        --it;
+        const ObjectRead& r = failures[it->second].read;
+        if (r.segment_base_offset < 0 ||
+            fetch.parts[answer.part].fetch_offset >= r.segment_base_offset) {
+          out[it->second] = answer;
+          open.erase(it);
+          break;
+        }
+      }
+    }
+  }
+
+  void decide(const ObjectRead& read, bool exact, std::optional<Affinity> match,
+              bool tie_thread = true) {
     // A read proves a remote partition on a fetch already answered: fine for estimated reads that
     // ended before the answer (see estimate_window).
 
@@ -373,20 +535,23 @@ struct Attributor::Impl {
     PendingFetch& fetch = *match->fetch;
     PendingPartition& part = fetch.parts[match->part];
     if (part.topic.empty() && exact) part.topic = std::string(read.topic);  // the key names it
-    auto tied = by_thread.find(read.thread_id);
-    if (tied == by_thread.end() || tied->second.fetch != match->fetch) {
-      if (tied != by_thread.end()) std::erase(tied->second.fetch->reader_threads, read.thread_id);
-      tied = by_thread.insert_or_assign(read.thread_id, *match).first;
-      fetch.reader_threads.push_back(read.thread_id);
-    } else {
-      tied->second.part = match->part;
+    if (tie_thread) {
+      auto tied = by_thread.find(read.thread_id);
+      if (tied == by_thread.end() || tied->second.fetch != match->fetch) {
+        if (tied != by_thread.end()) std::erase(tied->second.fetch->reader_threads, read.thread_id);
+        tied = by_thread.insert_or_assign(read.thread_id, *match).first;
+        fetch.reader_threads.push_back(read.thread_id);
+      } else {
+        tied->second.part = match->part;
+      }
+      tied->second.segment = read.segment_base_offset;
+      tied->second.range_last = read.range_last;
     }
-    tied->second.segment = read.segment_base_offset;
-    tied->second.range_last = read.range_last;
     if (part.reads == 0 || read.start_ns < part.first_start_ns) part.first_start_ns = read.start_ns;
     part.last_end_ns = std::max(part.last_end_ns, read.end_ns);
     ++part.reads;
     part.bytes += out.body_bytes;
+    if (out.error) part.failure_taken = true;
     if (!exact) part.method = Method::kEstimated;
     ++(exact ? counters.reads_exact : counters.reads_estimated);
 
@@ -443,7 +608,9 @@ void Attributor::on_object_read(const ObjectRead& read) {
   impl_->latest_ns = std::max(impl_->latest_ns, read.end_ns);
   // Exact reads (also a response whose request was not seen, matched at once as before) are
   // decided now; estimated cycles arrive late and out of order, so they wait to be settled.
-  if (read.method == Method::kExact) {
+  if (read.method == Method::kExact && !read.succeeded() && !read.topic.empty()) {
+    impl_->on_failed(read);
+  } else if (read.method == Method::kExact) {
     impl_->on_read(read);
   } else {
     ObjectRead held = read;  // estimated reads carry no key; drop the views, they do not outlive us

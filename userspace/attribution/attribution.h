@@ -11,7 +11,12 @@
 // that segment or later). Answered fetches are kept Options::answered_retain_ns for reads known
 // only later (a failed GET seen at its connection's close, opaque cycles), matched by those times.
 // A remote reader thread serves one fetch at a time, so once a thread is tied to a fetch its
-// following GETs for that partition go to the same fetch until the response is sent. Among
+// following GETs for that partition go to the same fetch until the response is sent (or, when
+// the fetch was answered without its remote data because remote.fetch.max.wait.ms passed, until
+// the thread's task ends). A failed GET ends its task, and the broker answers that partition
+// with KAFKA_STORAGE_ERROR: failed GETs are held like estimated reads and matched as a whole to
+// those answers (each had one failed GET inside its fetch's window), then to fetches answered
+// without their remote data, before the ranking below. Among
 // several candidates: fetches no other thread is reading first, then oldest first (the remote
 // reader pool is a FIFO queue). A partition is remote-eligible when its fetch offset is below
 // the local log start (LocalTier) or when an exact GET proves it.
@@ -121,8 +126,8 @@ struct Options {
   bool unknown_partitions_possibly_remote = true;
   std::uint64_t closed_grace_ns = 30'000'000'000ull;
   std::uint64_t max_pending_ns = 300'000'000'000ull;
-  // Estimated reads are decided this long after they ended: by then the responses of the fetches
-  // around them are known (which fetches really read remotely, and when they answered).
+  // Estimated and failed reads are decided this long after they ended: by then the responses of
+  // the fetches around them are known (which fetches really read remotely, and when they answered).
   std::uint64_t estimate_settle_ns = 300'000'000ull;
   // An answered fetch stays matchable this long by reads that started before its answer (estimated
   // ones must also have ended before it): an opaque cycle is only known complete when its
@@ -145,8 +150,8 @@ class Attributor {
   void set_peer(std::uint64_t connection, std::string_view peer);
   void on_request(const kafka::Exchange& request);
   void on_exchange(const kafka::Exchange& exchange);
-  // Exact reads are attributed at once; estimated ones once settled (Options::estimate_settle_ns,
-  // or expire()). `read.object_key`/topic views need not outlive the call for estimated reads.
+  // Successful exact reads are attributed at once; failed and estimated ones once settled
+  // (Options::estimate_settle_ns, or expire()). The read's views need not outlive the call.
   void on_object_read(const ObjectRead& read);
   // Opaque object-store connections exist (kept for callers: answered fetches are kept anyway).
   void expect_estimates();

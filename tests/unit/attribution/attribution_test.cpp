@@ -145,14 +145,15 @@ TEST_CASE("a GET with no pending fetch is unattributed; a failed GET adds no byt
   attributor.on_request(f);
   attributor.on_object_read(get(31, 450, 460, "orders", 0, 0, 999, 503));
   attributor.on_object_read(get(31, 300, 310, "orders", 0, 0, 77));  // started before the request
+  attributor.expire(~0ull);  // failed GETs are decided once the answers around them are known
 
   REQUIRE(sink.reads.size() == 3);
   CHECK(sink.reads[0].client == attribution::kUnattributed);
   CHECK(sink.reads[0].bytes == 4096);
-  CHECK(sink.reads[1].client == "reader");
-  CHECK(sink.reads[1].error);
-  CHECK(sink.reads[1].bytes == 0);
-  CHECK(sink.reads[2].client == attribution::kUnattributed);
+  CHECK(sink.reads[1].client == attribution::kUnattributed);  // started before the request
+  CHECK(sink.reads[2].client == "reader");
+  CHECK(sink.reads[2].error);
+  CHECK(sink.reads[2].bytes == 0);
   CHECK(attributor.counters().reads_unattributed == 2);
 }
 
@@ -331,9 +332,12 @@ TEST_CASE("a failed GET known only after the answer goes to the fetch it started
   const auto a = fetch(1, 1, "a", 100, {{"t", 0, 10}});
   attributor.on_request(a);
   attributor.on_object_read(get(50, 200, 300, "t", 0, 0, 4000));
-  attributor.on_exchange(respond(a, 410, 0));
+  auto answer = respond(a, 410, 0);
+  answer.fetch.partitions[0].error_code = 56;  // KAFKA_STORAGE_ERROR
+  attributor.on_exchange(answer);
   attributor.on_object_read(get(50, 350, 450, "t", 0, 0, 0, /*status=*/0));  // started before
   attributor.on_object_read(get(50, 420, 500, "t", 0, 0, 100));  // started after: not a's
+  attributor.expire(~0ull);
   REQUIRE(sink.reads.size() == 3);
   CHECK(sink.reads[1].client == "a");
   CHECK(sink.reads[1].error);
@@ -483,11 +487,162 @@ TEST_CASE("a reader thread's next task is a new fetch's, even before the last on
     r.range_last = last;
     attributor.on_object_read(r);
   };
-  chunk(200, 0, 99, 0);     // first's task: chunks 0 and 1 of segment 0
+  chunk(200, 0, 99, 0);  // first's task: chunks 0 and 1 of segment 0
   chunk(220, 100, 199, 0);
   chunk(240, 400, 499, 0);  // not the next chunk: thread 41 took its next task (second's)
   chunk(260, 500, 599, 0);
   auto bytes = sink.bytes_by_client();
   CHECK(bytes["first"] == 200);
   CHECK(bytes["second"] == 200);
+}
+
+TEST_CASE("a failed GET goes to the fetch answered with a storage error right after it") {
+  // A client retrying a failed read without pause has a fetch in flight at every moment. Another
+  // client's fetch of the same deleted segment arrived later, but a reader thread ran its GET
+  // first: by arrival order the retrying client took it, and then its own GET too.
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  auto failed = [](kafka::Exchange x, std::uint64_t t) {
+    x = respond(std::move(x), t, 0);
+    for (auto& p : x.fetch.partitions) p.error_code = 56;  // KAFKA_STORAGE_ERROR
+    return x;
+  };
+  const auto retrying = fetch(1, 1, "retrying", 100, {{"t", 0, 10}});
+  const auto other = fetch(2, 1, "other", 110, {{"t", 0, 10}});
+  attributor.on_request(retrying);
+  attributor.on_request(other);
+  attributor.on_object_read(get(42, 200, 210, "t", 0, 0, 0, 404));  // other's, on thread 42
+  attributor.on_exchange(failed(other, 215));
+  attributor.on_object_read(get(41, 300, 310, "t", 0, 0, 0, 404));  // retrying's, later
+  attributor.on_exchange(failed(retrying, 315));
+  const auto again = fetch(1, 2, "retrying", 320, {{"t", 0, 10}});
+  attributor.on_request(again);
+  attributor.on_object_read(get(41, 330, 340, "t", 0, 0, 0, 404));
+  attributor.on_exchange(failed(again, 345));
+  attributor.expire(~0ull);
+
+  std::map<std::string, int> errors;
+  for (const auto& r : sink.reads) errors[r.client] += r.error ? 1 : 0;
+  CHECK(errors["retrying"] == 2);
+  CHECK(errors["other"] == 1);
+  CHECK(sink.reads.size() == 3);
+}
+
+TEST_CASE("a failed GET after a manifest on the same thread stays with that fetch's task") {
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  attributor.on_request(fetch(1, 1, "a", 100, {{"t", 0, 10}}));
+  attributor.on_request(fetch(2, 1, "b", 110, {{"t", 0, 10}}));
+  auto manifest = get(41, 200, 210, "t", 0, 0, 300, 200);
+  attributor.on_object_read(manifest);                              // thread 41 takes a
+  attributor.on_object_read(get(41, 215, 220, "t", 0, 0, 0, 404));  // its chunk fails: a's
+  REQUIRE(sink.reads.size() == 2);
+  CHECK(sink.reads[1].client == "a");
+  CHECK(sink.reads[1].error);
+}
+
+TEST_CASE("failed GETs ending together: each storage error gets one, whatever order they answer") {
+  // b's GET ends first but a is answered first: the first answer after each GET would give a
+  // both. Only a's GET started before b's request, so a must take it.
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  auto failed = [](kafka::Exchange x, std::uint64_t t) {
+    x = respond(std::move(x), t, 0);
+    for (auto& p : x.fetch.partitions) p.error_code = 56;
+    return x;
+  };
+  const auto a = fetch(1, 40, "a", 1000, {{"t", 0, 0}});
+  const auto b = fetch(2, 388, "b", 1200, {{"t", 0, 0}});
+  attributor.on_request(a);
+  attributor.on_object_read(get(39, 1005, 1380, "t", 0, 0, 0, 404));  // a's
+  attributor.on_request(b);
+  attributor.on_object_read(get(38, 1210, 1360, "t", 0, 0, 0, 404));  // b's, ends first
+  attributor.on_exchange(failed(a, 1390));
+  attributor.on_exchange(failed(b, 1391));
+  attributor.expire(~0ull);
+  std::map<std::string, int> errors;
+  for (const auto& r : sink.reads) errors[r.client] += r.error ? 1 : 0;
+  CHECK(errors["a"] == 1);
+  CHECK(errors["b"] == 1);
+}
+
+TEST_CASE(
+    "failed GETs that outlived remote.fetch.max.wait.ms go to the fetches answered without them") {
+  // The object store stalls: fetches are answered without their remote data (no error) while
+  // their GETs still run; the GETs then fail. Each goes to the fetch that was waiting for it.
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  const auto a1 = fetch(1, 1, "a", 1000, {{"t", 0, 0}});
+  const auto s1 = fetch(2, 1, "s", 1200, {{"t", 0, 0}});
+  const auto a2 = fetch(1, 2, "a", 1510, {{"t", 0, 0}});
+  attributor.on_request(a1);
+  attributor.on_request(s1);
+  attributor.on_exchange(respond(a1, 1500, 0));  // timed out, no records, no error
+  attributor.on_request(a2);
+  attributor.on_exchange(respond(s1, 1700, 0));
+  attributor.on_exchange(respond(a2, 2010, 0));
+  attributor.on_object_read(get(71, 1001, 2200, "t", 0, 0, 0, 404));  // a1's
+  attributor.on_object_read(get(72, 1201, 2300, "t", 0, 0, 0, 404));  // s1's
+  attributor.on_object_read(get(73, 1511, 2310, "t", 0, 0, 0, 404));  // a2's
+  attributor.expire(~0ull);
+  std::map<std::string, int> errors;
+  for (const auto& r : sink.reads) errors[r.client] += r.error ? 1 : 0;
+  CHECK(errors["a"] == 2);
+  CHECK(errors["s"] == 1);
+}
+
+TEST_CASE("a failed GET for a client that left goes to its unanswered fetch") {
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  auto failed = [](kafka::Exchange x, std::uint64_t t) {
+    x = respond(std::move(x), t, 0);
+    for (auto& p : x.fetch.partitions) p.error_code = 56;
+    return x;
+  };
+  const auto a = fetch(1, 1, "a", 1000, {{"t", 0, 0}});
+  const auto s = fetch(2, 1, "s", 1001, {{"t", 0, 0}});
+  attributor.on_request(a);
+  attributor.on_request(s);
+  attributor.on_object_read(get(71, 1100, 1500, "t", 0, 0, 0, 404));
+  attributor.on_object_read(get(72, 1101, 1501, "t", 0, 0, 0, 404));
+  attributor.on_exchange(failed(a, 1502));
+  attributor.close_connection(2, 1503);  // s left: its fetch is never answered
+  attributor.expire(~0ull);
+  std::map<std::string, int> errors;
+  for (const auto& r : sink.reads) errors[r.client] += r.error ? 1 : 0;
+  CHECK(errors["a"] == 1);
+  CHECK(errors["s"] == 1);
+}
+
+TEST_CASE("a fetch answered without its remote data (max wait passed) keeps the rest of its read") {
+  // A slow object store: the broker answers after remote.fetch.max.wait.ms without the remote
+  // records, and its reader goes on reading the segment chunk by chunk. Those GETs are the
+  // fetch's, as is the next fetch's GET that started before that answer.
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  auto chunk = [](std::uint32_t tid, std::uint64_t s, std::uint64_t e, std::int64_t first) {
+    auto r = get(tid, s, e, "t", 1, 390, 65536);
+    r.range_first = first;
+    r.range_last = first + 65535;
+    return r;
+  };
+  const auto f5 = fetch(1, 5, "a", 1000, {{"t", 1, 390}});
+  attributor.on_request(f5);
+  attributor.on_object_read(chunk(34, 1001, 1100, 0));
+  attributor.on_exchange(respond(f5, 1500, 0));  // timed out: no records, no error
+  const auto f6 = fetch(1, 6, "a", 1501, {{"t", 1, 390}});
+  attributor.on_request(f6);
+  attributor.on_object_read(chunk(34, 1101, 1600, 65536));   // f5's task, started before
+  attributor.on_object_read(chunk(33, 1502, 2100, 0));       // f6's
+  attributor.on_object_read(chunk(34, 1601, 1700, 131072));  // f5's task, after the answer
+  attributor.on_exchange(respond(f6, 2000, 0));
+  const auto other = fetch(2, 1, "b", 2050, {{"t", 1, 390}});
+  attributor.on_request(other);
+  attributor.on_object_read(chunk(33, 2101, 2200, 65536));  // still f6's task
+  attributor.on_object_read(chunk(35, 2060, 2300, 0));      // b's
+  attributor.expire(~0ull);
+  auto bytes = sink.bytes_by_client();
+  CHECK(bytes["a"] == 5 * 65536);
+  CHECK(bytes["b"] == 65536);
+  CHECK(bytes[std::string(attribution::kUnattributed)] == 0);
 }
