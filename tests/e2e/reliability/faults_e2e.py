@@ -13,7 +13,7 @@
   fd-reuse    1,000 connect/fetch/close cycles (fds and sockets reused), each its own client-id
   log-dirs    the broker's log dirs vanish: no crash, remote reads still counted exactly
   restart     the broker restarts (new PID): fetchcostd follows it, counting resumes exactly
-  ring        a second fetchcostd with a 4 KiB ring under load: drops exported, attribution
+  ring        a second fetchcostd with a 4 KiB ring under 4,000 fetches/s: drops exported, attribution
               marked incomplete (metric and /api/v1/status), no crash
 
   faults_e2e.py --fetchcostd BIN --broker BIN --load BIN [--keep]
@@ -229,7 +229,8 @@ def main():
                                audit_log={"path": ""})).start()
         check(wait_until(lambda: ring.status()["targets"], 20), "tiny-ring fetchcostd watches")
         load = subprocess.run([args.load, "--port", str(kafka_port), "--offset", str(local_start),
-                               "--max-bytes", "65536", "--connections", "16", "--seconds", "4",
+                               "--max-bytes", "65536", "--connections", "8", "--seconds", "4",
+                               "--rate", "4000",
                                "--client-id", "ring-load"], capture_output=True, text=True)
         print("load:", load.stdout.strip())
         kcat(world, "phase-ring", 1000)
