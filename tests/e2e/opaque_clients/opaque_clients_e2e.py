@@ -336,7 +336,7 @@ def main():
     ap.add_argument("--fetchcostd", required=True)
     ap.add_argument("--broker", required=True)
     ap.add_argument("--mode", required=True, choices=["opaque", "readable"])
-    ap.add_argument("--seconds", type=float, default=35, help="longest the scans may take")
+    ap.add_argument("--seconds", type=float, default=45, help="longest the scans may take")
     ap.add_argument("--min-share", type=float, default=0.95)
     ap.add_argument("--shared-topic", action="store_true",
                     help="the three scanners read one topic (the same segments at once)")
