@@ -143,12 +143,12 @@ def start_tenants(world, net, shared):
         netns=net.ns("kcat"), stdout=subprocess.DEVNULL)
     procs["python"] = world.spawn("python", [
         scenario.CONSUME_PY, "--client-id", CLIENT_ID["python"], "--from", "earliest",
-        "--count", str(total), "--timeout-s", "40", "--topic", topic_of("python", shared)] + common,
+        "--count", str(total), "--timeout-s", "50", "--topic", topic_of("python", shared)] + common,
         netns=net.ns("python"))
     procs["kafkajs"] = world.spawn("kafkajs", [
         "node", scenario.CONSUME_MJS, "--lib", "kafkajs", "--client-id", CLIENT_ID["kafkajs"],
         "--group", "g-kafkajs", "--from", "earliest", "--count", str(total),
-        "--timeout-s", "40", "--topic", topic_of("kafkajs", shared)] + common,
+        "--timeout-s", "50", "--topic", topic_of("kafkajs", shared)] + common,
         netns=net.ns("kafkajs"))
     procs["tail"] = world.spawn("tail", [
         "node", scenario.CONSUME_MJS, "--lib", "platformatic", "--client-id", CLIENT_ID["tail"],
