@@ -17,10 +17,10 @@
 #include "fc_kernel_types.h"
 /* fc_kernel_types.h plays vmlinux.h: bpf_tracing.h then uses the kernel's pt_regs names. */
 #define __VMLINUX_H__
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
 #include "fetchcost_abi.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -93,9 +93,10 @@ struct conn_state {
   __s32 fd;
   __u16 local_port;
   __u16 peer_port;
-  __u8 ignored; /* not an IPv4/IPv6 stream socket */
-  __u8 tls;     /* a TLS library works on this socket: raw bytes are ciphertext */
-  __u8 pad[6];
+  __u8 ignored;     /* not an IPv4/IPv6 stream socket */
+  __u8 tls;         /* a TLS library works on this socket: raw bytes are ciphertext */
+  __u8 bulk_run[2]; /* per direction: the last call was bulk (fc_policy) */
+  __u8 pad[4];
 };
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -236,20 +237,34 @@ static __always_inline struct fc_target* target_of(__u32 tgid) {
 
 static __always_inline __u8 source_of(long nr) {
   switch (nr) {
-    case NR_read: return FC_SRC_READ;
-    case NR_write: return FC_SRC_WRITE;
-    case NR_readv: return FC_SRC_READV;
-    case NR_writev: return FC_SRC_WRITEV;
-    case NR_sendto: return FC_SRC_SENDTO;
-    case NR_recvfrom: return FC_SRC_RECVFROM;
-    case NR_sendmsg: return FC_SRC_SENDMSG;
-    case NR_recvmsg: return FC_SRC_RECVMSG;
-    case NR_sendfile: return FC_SRC_SENDFILE;
-    case NR_recvmmsg: return FC_SRC_RECVMMSG;
-    case NR_sendmmsg: return FC_SRC_SENDMMSG;
-    case NR_splice: return FC_SRC_SPLICE;
-    case NR_io_uring_enter: return FC_SRC_IO_URING;
-    default: return FC_SRC_UNKNOWN;
+    case NR_read:
+      return FC_SRC_READ;
+    case NR_write:
+      return FC_SRC_WRITE;
+    case NR_readv:
+      return FC_SRC_READV;
+    case NR_writev:
+      return FC_SRC_WRITEV;
+    case NR_sendto:
+      return FC_SRC_SENDTO;
+    case NR_recvfrom:
+      return FC_SRC_RECVFROM;
+    case NR_sendmsg:
+      return FC_SRC_SENDMSG;
+    case NR_recvmsg:
+      return FC_SRC_RECVMSG;
+    case NR_sendfile:
+      return FC_SRC_SENDFILE;
+    case NR_recvmmsg:
+      return FC_SRC_RECVMMSG;
+    case NR_sendmmsg:
+      return FC_SRC_SENDMMSG;
+    case NR_splice:
+      return FC_SRC_SPLICE;
+    case NR_io_uring_enter:
+      return FC_SRC_IO_URING;
+    default:
+      return FC_SRC_UNKNOWN;
   }
 }
 
@@ -358,8 +373,7 @@ static __always_inline void emit_close(struct conn_state* st, __u64 pid_tgid) {
 }
 
 /* Copies up to `want` bytes from user `src` into the payload and records the segment. */
-static __always_inline void add_segment(struct event_buf* ev, __u32 offset, __u32 want,
-                                        __u64 src) {
+static __always_inline void add_segment(struct event_buf* ev, __u32 offset, __u32 want, __u64 src) {
   __u32 n = ev->hdr.nsegs;
   __u32 at = ev->hdr.captured;
   if (n >= FC_MAX_SEGMENTS || want == 0) return;
@@ -377,15 +391,16 @@ static __always_inline void add_segment(struct event_buf* ev, __u32 offset, __u3
   ev->hdr.captured = at + want;
 }
 
-static __always_inline __u32 min_u32(__u32 a, __u32 b) { return a < b ? a : b; }
+static __always_inline __u32 min_u32(__u32 a, __u32 b) {
+  return a < b ? a : b;
+}
 
 /* Walks a user iovec array: each iovec contributes a prefix of the bytes the call actually
  * moved through it, up to the per-iovec cap, until the per-call cap is reached. */
 static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u64 iovcnt,
-                                        __u32 ret, const struct fc_policy* pol) {
+                                        __u32 ret, __u32 call_cap, __u32 iov_cap) {
   __u32 off = 0;
-  __u32 call_cap = min_u32(pol->bytes_per_call, FC_MAX_CAPTURE);
-  __u32 iov_cap = pol->bytes_per_iovec;
+  call_cap = min_u32(call_cap, FC_MAX_CAPTURE);
   int i;
 #pragma unroll
   for (i = 0; i < FC_MAX_SEGMENTS; i++) {
@@ -408,33 +423,33 @@ static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u
 /* One-range calls (read/write/sendto/recvfrom) copy straight into ring buffer memory: one copy
  * instead of two. The record has a fixed size class (reservations are constant-sized), so up to
  * a class's size minus the capture is unused tail; `captured` says what is valid. */
-#define FC_DIRECT_CLASS(N)                                                                   \
-  do {                                                                                       \
-    struct {                                                                                 \
-      struct fc_data_event hdr;                                                              \
-      __u8 data[N];                                                                          \
-    }* r;                                                                                    \
-    __u64 flags = wakeup_flags(rb, sizeof(*r));                                              \
-    r = bpf_ringbuf_reserve(rb, sizeof(*r), 0);                                              \
-    if (!r) {                                                                                \
-      count(FC_COUNTER_DROPS);                                                               \
-      return;                                                                                \
-    }                                                                                        \
-    __u64 n = want;                                                                          \
-    /* Clamp in asm so the compiler cannot drop the bound the verifier needs. */             \
-    asm volatile("if %[n] <= %[max] goto +1; %[n] = %[max]" : [n] "+r"(n) : [max] "i"(N));   \
-    __builtin_memcpy(&r->hdr, &ev->hdr, sizeof(r->hdr));                                     \
-    if (bpf_probe_read_user(r->data, n, (const void*)buf) == 0) {                            \
-      r->hdr.captured = n;                                                                   \
-      r->hdr.nsegs = 1;                                                                      \
-      r->hdr.segs[0].offset = 0;                                                             \
-      r->hdr.segs[0].length = n;                                                             \
-    } else {                                                                                 \
-      count(FC_COUNTER_COPY_FAULTS);                                                         \
-      r->hdr.c.flags |= FC_FLAG_COPY_FAULT;                                                  \
-    }                                                                                        \
-    bpf_ringbuf_submit(r, flags);                                                            \
-    count(FC_COUNTER_EVENTS);                                                                \
+#define FC_DIRECT_CLASS(N)                                                                 \
+  do {                                                                                     \
+    struct {                                                                               \
+      struct fc_data_event hdr;                                                            \
+      __u8 data[N];                                                                        \
+    } * r;                                                                                 \
+    __u64 flags = wakeup_flags(rb, sizeof(*r));                                            \
+    r = bpf_ringbuf_reserve(rb, sizeof(*r), 0);                                            \
+    if (!r) {                                                                              \
+      count(FC_COUNTER_DROPS);                                                             \
+      return;                                                                              \
+    }                                                                                      \
+    __u64 n = want;                                                                        \
+    /* Clamp in asm so the compiler cannot drop the bound the verifier needs. */           \
+    asm volatile("if %[n] <= %[max] goto +1; %[n] = %[max]" : [n] "+r"(n) : [max] "i"(N)); \
+    __builtin_memcpy(&r->hdr, &ev->hdr, sizeof(r->hdr));                                   \
+    if (bpf_probe_read_user(r->data, n, (const void*)buf) == 0) {                          \
+      r->hdr.captured = n;                                                                 \
+      r->hdr.nsegs = 1;                                                                    \
+      r->hdr.segs[0].offset = 0;                                                           \
+      r->hdr.segs[0].length = n;                                                           \
+    } else {                                                                               \
+      count(FC_COUNTER_COPY_FAULTS);                                                       \
+      r->hdr.c.flags |= FC_FLAG_COPY_FAULT;                                                \
+    }                                                                                      \
+    bpf_ringbuf_submit(r, flags);                                                          \
+    count(FC_COUNTER_EVENTS);                                                              \
   } while (0)
 
 static __always_inline void emit_direct(struct event_buf* ev, __u32 want, __u64 buf) {
@@ -459,6 +474,21 @@ static __always_inline void emit_data(struct conn_state* st, const struct fc_tar
                                       __u64 cnt, __u32 ret, __u8 direction) {
   __u64 pos = __sync_fetch_and_add(&st->pos[direction & 1], (__u64)ret);
   resolve_policy(st, t);
+  __u32 call_cap = st->policy.bytes_per_call;
+  __u32 iov_cap = st->policy.bytes_per_iovec;
+  if (st->policy.bulk_from) { /* inside a bulk run: a message body, copy only a prefix */
+    __u8 d = direction & 1;
+    if (st->bulk_run[d]) {
+      /* One-range calls: the call's prefix. Vectored calls: each iovec's prefix, so headers
+       * written as their own iovecs between bodies (Kafka's partition headers) still fit. */
+      iov_cap = min_u32(iov_cap, st->policy.bulk_bytes);
+      if (src != FC_SRC_READV && src != FC_SRC_WRITEV && src != FC_SRC_SENDMSG &&
+          src != FC_SRC_RECVMSG)
+        call_cap = min_u32(call_cap, st->policy.bulk_bytes);
+    }
+    st->bulk_run[d] = ret >= st->policy.bulk_from;
+    st->bulk_run[d ^ 1] = 0;
+  }
 
   /* A TLS library call in progress on this thread owns this socket. */
   if (tls_hooks) {
@@ -489,32 +519,31 @@ static __always_inline void emit_data(struct conn_state* st, const struct fc_tar
   ev->hdr.tls_lib = 0;
   ev->hdr.reserved = 0;
 
-  if (!st->tls && st->policy.role != FC_ROLE_IGNORE && st->policy.bytes_per_call > 0 &&
+  if (!st->tls && st->policy.role != FC_ROLE_IGNORE && call_cap > 0 &&
       (src == FC_SRC_READ || src == FC_SRC_WRITE || src == FC_SRC_SENDTO ||
        src == FC_SRC_RECVFROM)) {
-    emit_direct(ev, min_u32(ret, st->policy.bytes_per_call), buf);
+    emit_direct(ev, min_u32(ret, call_cap), buf);
     return;
   }
   if (st->tls) {
     ev->hdr.c.flags |= FC_FLAG_TLS_CIPHERTEXT;
-  } else if (st->policy.role != FC_ROLE_IGNORE && st->policy.bytes_per_call > 0) {
-    const struct fc_policy* pol = &st->policy;
+  } else if (st->policy.role != FC_ROLE_IGNORE && call_cap > 0) {
     switch (src) {
       case FC_SRC_READ:
       case FC_SRC_WRITE:
       case FC_SRC_SENDTO:
       case FC_SRC_RECVFROM:
-        add_segment(ev, 0, min_u32(ret, pol->bytes_per_call), buf);
+        add_segment(ev, 0, min_u32(ret, call_cap), buf);
         break;
       case FC_SRC_READV:
       case FC_SRC_WRITEV:
-        copy_iovecs(ev, buf, cnt, ret, pol);
+        copy_iovecs(ev, buf, cnt, ret, call_cap, iov_cap);
         break;
       case FC_SRC_SENDMSG:
       case FC_SRC_RECVMSG: {
         struct fc_user_msghdr msg;
         if (bpf_probe_read_user(&msg, sizeof(msg), (const void*)buf) == 0) {
-          copy_iovecs(ev, msg.msg_iov, msg.msg_iovlen, ret, pol);
+          copy_iovecs(ev, msg.msg_iov, msg.msg_iovlen, ret, call_cap, iov_cap);
         } else {
           count(FC_COUNTER_COPY_FAULTS);
           ev->hdr.c.flags |= FC_FLAG_COPY_FAULT;
@@ -739,14 +768,14 @@ static __always_inline int sc_exit(struct fc_syscall_exit* ctx) {
   return 0;
 }
 
-#define SC_PAIR(name)                                                     \
-  SEC("tracepoint/syscalls/sys_enter_" #name)                             \
-  int sc_enter_##name(struct fc_syscall_enter* ctx) {                    \
-    return sc_enter(ctx);                                                 \
-  }                                                                       \
-  SEC("tracepoint/syscalls/sys_exit_" #name)                              \
-  int sc_exit_##name(struct fc_syscall_exit* ctx) {                      \
-    return sc_exit(ctx);                                                  \
+#define SC_PAIR(name)                                 \
+  SEC("tracepoint/syscalls/sys_enter_" #name)         \
+  int sc_enter_##name(struct fc_syscall_enter* ctx) { \
+    return sc_enter(ctx);                             \
+  }                                                   \
+  SEC("tracepoint/syscalls/sys_exit_" #name)          \
+  int sc_exit_##name(struct fc_syscall_exit* ctx) {   \
+    return sc_exit(ctx);                              \
   }
 
 SC_PAIR(read)
@@ -765,24 +794,26 @@ SC_PAIR(accept4)
 SC_PAIR(connect)
 
 SEC("tracepoint/syscalls/sys_enter_close")
-int sc_enter_close(struct fc_syscall_enter* ctx) { return sc_enter(ctx); }
+int sc_enter_close(struct fc_syscall_enter* ctx) {
+  return sc_enter(ctx);
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* TLS uprobes (both variants). Attached per target process and library by userspace.        */
 
-static __always_inline int tls_enter(__u64 obj, __u64 buf, __u64 len_ptr, __u8 direction,
-                                     __u8 ex, __u8 int_ret, __u8 lib) {
+static __always_inline int tls_enter(__u64 obj, __u64 buf, __u64 len_ptr, __u8 direction, __u8 ex,
+                                     __u8 int_ret, __u8 lib) {
   __u64 pid_tgid = bpf_get_current_pid_tgid();
   if (!target_of(pid_tgid >> 32)) return 0;
   __u32 tid = (__u32)pid_tgid;
   struct fc_tls_call call = {.obj = obj,
-                          .buf = buf,
-                          .len_ptr = len_ptr,
-                          .direction = direction,
-                          .ex = ex,
-                          .int_ret = int_ret,
-                          .lib = lib,
-                          .tgid = pid_tgid >> 32};
+                             .buf = buf,
+                             .len_ptr = len_ptr,
+                             .direction = direction,
+                             .ex = ex,
+                             .int_ret = int_ret,
+                             .lib = lib,
+                             .tgid = pid_tgid >> 32};
   /* BPF_ANY: a call whose return was never seen (uprobes detached mid-call) must not shadow
    * this one; if one entry point ever calls another, the inner call reports and the outer one
    * finds no entry, so the bytes are reported once. */

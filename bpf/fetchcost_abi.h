@@ -155,21 +155,27 @@ struct fc_conn_event {
 };
 FC_STATIC_ASSERT(sizeof(struct fc_conn_event) == 120, "fc_conn_event layout changed");
 
-/* How much to copy for one connection. */
+/* How much to copy for one connection. Bulk runs: a socket call that moves at least
+ * `bulk_from` bytes (0 = never) is bulk; a call that follows a bulk call in the same direction,
+ * with nothing moved the other way in between, is inside a message body (records, an object)
+ * and copies at most `bulk_bytes` (of the call, or of each iovec of a vectored call). The first
+ * call of a run, where a message header sits, keeps the normal caps. */
 struct fc_policy {
   fc_u32 bytes_per_call;  /* total captured bytes per call, <= FC_MAX_CAPTURE */
   fc_u32 bytes_per_iovec; /* captured bytes per iovec (readv/writev/sendmsg/recvmsg) */
-  fc_u8 role;             /* enum fc_role */
+  fc_u32 bulk_from;
+  fc_u32 bulk_bytes;
+  fc_u8 role; /* enum fc_role */
   fc_u8 pad[3];
 };
-FC_STATIC_ASSERT(sizeof(struct fc_policy) == 12, "fc_policy layout changed");
+FC_STATIC_ASSERT(sizeof(struct fc_policy) == 20, "fc_policy layout changed");
 
 /* What userspace tells the kernel about one target process (map `targets`, key tgid). */
 struct fc_target {
   struct fc_policy default_policy; /* for connections no port/connection rule matches */
   fc_u32 flags;
 };
-FC_STATIC_ASSERT(sizeof(struct fc_target) == 16, "fc_target layout changed");
+FC_STATIC_ASSERT(sizeof(struct fc_target) == 24, "fc_target layout changed");
 
 /* Map `port_policy`: a rule for every connection with this local or peer port. Local rules
  * win over peer rules; per-connection rules (map `conn_policy`, key conn_id) win over both. */

@@ -40,6 +40,8 @@ fc_policy to_abi(const Policy& p) {
   fc_policy out{};
   out.bytes_per_call = p.bytes_per_call > FC_MAX_CAPTURE ? FC_MAX_CAPTURE : p.bytes_per_call;
   out.bytes_per_iovec = p.bytes_per_iovec > FC_MAX_CAPTURE ? FC_MAX_CAPTURE : p.bytes_per_iovec;
+  out.bulk_from = p.bulk_from;
+  out.bulk_bytes = p.bulk_bytes > FC_MAX_CAPTURE ? FC_MAX_CAPTURE : p.bulk_bytes;
   out.role = static_cast<fc_u8>(p.role);
   return out;
 }

@@ -32,6 +32,13 @@ struct Policy {
   std::uint32_t bytes_per_call = 4096;   // <= FC_MAX_CAPTURE
   std::uint32_t bytes_per_iovec = 4096;  // each iovec's prefix, within bytes_per_call
   fc_role role = FC_ROLE_OTHER;
+  // Bulk runs (fc_policy in fetchcost_abi.h): a call moving >= bulk_from bytes that follows
+  // another such call in the same direction, nothing moved the other way in between, is inside
+  // a message body (records, an object) and copies at most bulk_bytes. The decoders need
+  // message headers, which start a run; copying bodies is most of the capture's cost at large
+  // writes. bulk_from = 0 turns it off.
+  std::uint32_t bulk_from = 16384;
+  std::uint32_t bulk_bytes = 256;
 };
 
 struct Options {

@@ -673,3 +673,70 @@ TEST_CASE("a connection reset by the peer is reported closed, sock tracepoints")
 TEST_CASE("a connection reset by the peer is reported closed, syscall tracepoints") {
   run_reset(Variant::kSyscallTracepoints);
 }
+
+namespace {
+
+// Bulk runs: the first large write of a run keeps the call cap, the ones that follow it in the
+// same direction copy only the bulk prefix, and a byte from the other side starts a new run.
+int bulk_scenario(Child& self) {
+  Loopback lb;
+  if (!open_loopback(AF_INET, lb)) return 10;
+  auto send = [&](int from, int to, std::size_t n, unsigned seed) {
+    const std::string msg = pattern(n, seed);
+    std::string got(n, '\0');
+    return write(from, msg.data(), n) == static_cast<ssize_t>(n) && wait_inq(to, n) &&
+           read(to, got.data(), n) == static_cast<ssize_t>(n);
+  };
+  const bool ok = send(lb.client, lb.server, 20000, 21) && send(lb.client, lb.server, 20000, 22) &&
+                  send(lb.client, lb.server, 30000, 23) && send(lb.server, lb.client, 10, 24) &&
+                  send(lb.client, lb.server, 20000, 25) && send(lb.client, lb.server, 100, 26);
+  if (!ok) return 11;
+  self.report(lb.client_port);
+  self.wait_parent();
+  return 0;
+}
+
+void run_bulk(Variant variant) {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  const fc::capture::Policy policy{4096, 4096, FC_ROLE_OTHER, 16384, 256};
+  Collector col({.ring_bytes_per_cpu = 4 << 20, .default_policy = policy, .variant = variant});
+  Child target(bulk_scenario);
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  const auto client_port = static_cast<std::uint16_t>(target.receive());
+  col.drain(5);
+  target.nod();
+  CHECK(target.wait() == 0);
+  fc_u64 client = 0;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_CONNECT))
+    if (r.conn.local_port == client_port) client = r.common.conn_id;
+  REQUIRE(client != 0);
+  std::vector<Record> sends;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_DATA))
+    if (r.common.conn_id == client && r.data.direction == FC_DIR_SEND) sends.push_back(r);
+  std::sort(sends.begin(), sends.end(),
+            [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
+  REQUIRE(sends.size() == 5);
+  const std::size_t length[] = {20000, 20000, 30000, 20000, 100};
+  const std::size_t captured[] = {4096, 256, 256, 4096, 100};
+  const unsigned seed[] = {21, 22, 23, 25, 26};
+  std::size_t pos = 0;
+  for (std::size_t i = 0; i < sends.size(); ++i) {
+    INFO("send " << i);
+    CHECK(sends[i].data.stream_pos == pos);
+    CHECK(sends[i].data.length == length[i]);
+    CHECK(sends[i].data.captured == captured[i]);
+    CHECK((sends[i].payload == pattern(length[i], seed[i]).substr(0, captured[i])));
+    pos += length[i];
+  }
+}
+
+}  // namespace
+
+TEST_CASE("bulk runs copy only a prefix after their first call, sock tracepoints") {
+  run_bulk(Variant::kSockTracepoints);
+}
+TEST_CASE("bulk runs copy only a prefix after their first call, syscall tracepoints") {
+  run_bulk(Variant::kSyscallTracepoints);
+}
