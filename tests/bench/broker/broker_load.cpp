@@ -60,8 +60,8 @@ int on_stats(rd_kafka_t*, char* json, size_t len, void* opaque) {
     if (!c->shared->measuring || delta <= 0 || rtt.value("cnt", 0) <= 0) continue;
     c->shared->fetches += std::uint64_t(delta);
     std::lock_guard lock(c->shared->mutex);
-    c->shared->windows.push_back({rtt.value("cnt", std::int64_t{0}), rtt.value("p50", 0.0),
-                                  rtt.value("p99", 0.0)});
+    c->shared->windows.push_back(
+        {rtt.value("cnt", std::int64_t{0}), rtt.value("p50", 0.0), rtt.value("p99", 0.0)});
   }
   return 0;  // librdkafka frees the JSON
 }
@@ -69,7 +69,8 @@ int on_stats(rd_kafka_t*, char* json, size_t len, void* opaque) {
 // The count-weighted median of one percentile over the windows.
 double weighted_median(std::vector<Window> w, double Window::*field) {
   if (w.empty()) return 0;
-  std::sort(w.begin(), w.end(), [&](const Window& a, const Window& b) { return a.*field < b.*field; });
+  std::sort(w.begin(), w.end(),
+            [&](const Window& a, const Window& b) { return a.*field < b.*field; });
   std::int64_t total = 0;
   for (const auto& x : w) total += x.count;
   std::int64_t seen = 0;
