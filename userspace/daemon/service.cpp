@@ -386,6 +386,7 @@ struct Service::Impl {
     sensors.for_each([&](const sensors::SensorView& s) {
       const auto& c = s.counters;
       rows.push_back({{"client_id", s.client_id},
+                      {"peer_ip", s.peer_ip},
                       {"group_id", groups.count(std::string(s.client_id)) ? groups[std::string(s.client_id)] : ""},
                       {"topic", s.topic},
                       {"partition", s.partition},

@@ -68,8 +68,10 @@ std::string render_prometheus(const sensors::SensorTable& sensors, const SelfMet
   const auto& bounds = sensors.config().latency_buckets_seconds;
 
   sensors.for_each([&](const sensors::SensorView& s) {
-    std::vector<ClientMetric::Label> labels{{"client_id", std::string(s.client_id)},
-                                            {"topic", std::string(s.topic)}};
+    // peer_ip on every client series whose address is known: joins with kube_pod_info{pod_ip}.
+    std::vector<ClientMetric::Label> labels{{"client_id", std::string(s.client_id)}};
+    if (!s.peer_ip.empty()) labels.push_back({"peer_ip", std::string(s.peer_ip)});
+    labels.push_back({"topic", std::string(s.topic)});
     if (s.partition != sensors::kNoPartition)
       labels.push_back({"partition", std::to_string(s.partition)});
     labels.push_back({"method", std::string(sensors::method_name(s.method))});

@@ -10,8 +10,15 @@ namespace {
 
 std::string address_text(std::uint16_t family, const std::uint8_t* addr) {
   char text[INET6_ADDRSTRLEN] = {};
-  if (family == AF_INET6) inet_ntop(AF_INET6, addr, text, sizeof(text));
-  else inet_ntop(AF_INET, addr, text, sizeof(text));
+  // An IPv4 client of a dual-stack listener shows as ::ffff:a.b.c.d: its address is a.b.c.d (the
+  // pod IP that kube_pod_info knows).
+  static constexpr std::uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (family == AF_INET6 && std::memcmp(addr, kMapped, sizeof(kMapped)) == 0)
+    inet_ntop(AF_INET, addr + 12, text, sizeof(text));
+  else if (family == AF_INET6)
+    inet_ntop(AF_INET6, addr, text, sizeof(text));
+  else
+    inet_ntop(AF_INET, addr, text, sizeof(text));
   return text;
 }
 

@@ -153,6 +153,7 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     const bool estimated = a.method == attribution::Method::kEstimated;
     sensors::Observation o;
     o.client_id = a.client_id;
+    o.peer_ip = a.peer;
     o.topic = a.topic.empty() ? std::string_view("__unknown__") : a.topic;
     o.partition = sensors.config().partition_label ? a.partition : sensors::kNoPartition;
     o.method = estimated ? sensors::Method::kEstimated : sensors::Method::kExact;
@@ -192,6 +193,7 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
   void on_fetch_done(const attribution::FetchDone& d) override {
     sensors::Observation o;
     o.client_id = d.client_id;
+    o.peer_ip = d.peer;
     o.topic = d.topic.empty() ? std::string_view("__unknown__") : d.topic;
     o.partition = sensors.config().partition_label ? d.partition : sensors::kNoPartition;
     o.method = d.method == attribution::Method::kEstimated ? sensors::Method::kEstimated

@@ -38,6 +38,7 @@ constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
 
 struct Key {
   std::string_view client_id;
+  std::string_view peer_ip;
   std::string_view topic;
   std::int32_t partition;
   Method method;
@@ -47,6 +48,7 @@ struct Key {
 struct KeyHash {
   std::size_t operator()(const Key& key) const {
     std::size_t h = std::hash<std::string_view>{}(key.client_id);
+    h ^= std::hash<std::string_view>{}(key.peer_ip) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     h ^= std::hash<std::string_view>{}(key.topic) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     h ^= (static_cast<std::size_t>(static_cast<std::uint32_t>(key.partition)) << 1) ^
          static_cast<std::size_t>(key.method);
@@ -57,8 +59,9 @@ struct KeyHash {
 // One live sensor. Slots live in a deque (stable addresses), so the index's string_views into
 // `labels` stay valid until the slot is reused.
 struct Slot {
-  std::string labels;  // client_id followed by topic
+  std::string labels;  // client_id, peer_ip, then topic
   std::uint16_t client_length = 0;
+  std::uint8_t peer_length = 0;
   Method method = Method::kExact;
   bool in_use = false;
   std::int32_t partition = kNoPartition;
@@ -68,8 +71,13 @@ struct Slot {
   Counters counters;
 
   std::string_view client_id() const { return std::string_view(labels).substr(0, client_length); }
-  std::string_view topic() const { return std::string_view(labels).substr(client_length); }
-  Key key() const { return Key{client_id(), topic(), partition, method}; }
+  std::string_view peer_ip() const {
+    return std::string_view(labels).substr(client_length, peer_length);
+  }
+  std::string_view topic() const {
+    return std::string_view(labels).substr(client_length + peer_length);
+  }
+  Key key() const { return Key{client_id(), peer_ip(), topic(), partition, method}; }
 };
 
 struct StringHash {
@@ -199,9 +207,11 @@ struct SensorTable::Impl {
     Slot& s = slots[i];
     label_heap_bytes -= heap_bytes_of(s.labels);
     s.labels.assign(key.client_id);
+    s.labels.append(key.peer_ip);
     s.labels.append(key.topic);
     label_heap_bytes += heap_bytes_of(s.labels);
     s.client_length = static_cast<std::uint16_t>(key.client_id.size());
+    s.peer_length = static_cast<std::uint8_t>(key.peer_ip.size());
     s.partition = key.partition;
     s.method = key.method;
     s.in_use = true;
@@ -239,7 +249,10 @@ void SensorTable::record(const Observation& o) {
   std::string_view topic = sanitize_label_into(o.topic, m.topic_scratch);
   if (client.data() != o.client_id.data() && client != o.client_id) ++m.stats.sanitized_labels;
   if (topic.data() != o.topic.data() && topic != o.topic) ++m.stats.sanitized_labels;
-  const Key key{client, topic, m.config.partition_label ? o.partition : kNoPartition, o.method};
+  // An address is at most 45 characters (IPv6 with an IPv4 tail); anything longer is not one.
+  const std::string_view peer = o.peer_ip.size() <= 45 ? o.peer_ip : std::string_view();
+  const Key key{client, peer, topic, m.config.partition_label ? o.partition : kNoPartition,
+                o.method};
   std::uint32_t i;
   auto it = m.index.find(key);
   if (it != m.index.end()) {
@@ -287,12 +300,12 @@ void SensorTable::for_each(const std::function<void(const SensorView&)>& visit) 
   std::lock_guard lock(m.mutex);
   for (std::uint32_t i = m.lru_head; i != kNone; i = m.slots[i].lru_next) {
     const Slot& s = m.slots[i];
-    visit(SensorView{s.client_id(), s.topic(), s.partition, s.method, s.counters, s.last_update_ns,
-                     false});
+    visit(SensorView{s.client_id(), s.peer_ip(), s.topic(), s.partition, s.method, s.counters,
+                     s.last_update_ns, false});
   }
   for (std::size_t method = 0; method < m.other.size(); ++method) {
     for (const auto& [topic, sensor] : m.other[method]) {
-      visit(SensorView{kOtherClient, topic, kNoPartition, static_cast<Method>(method),
+      visit(SensorView{kOtherClient, {}, topic, kNoPartition, static_cast<Method>(method),
                        sensor.counters, sensor.last_update_ns, true});
     }
   }

@@ -1,4 +1,5 @@
-// sensors: bounded per-(client_id, topic[, partition], method) counters of remote reads — bytes,
+// sensors: bounded per-(client_id, peer_ip, topic[, partition], method) counters of remote reads —
+// bytes,
 // GET requests, errors, a latency histogram, object bytes read vs bytes delivered (read
 // amplification) and cost per component. At most `max_sensors` live sensors: the least recently
 // updated one is evicted when a new key arrives, and sensors idle longer than `idle_expiry` are
@@ -57,6 +58,9 @@ struct Config {
 // One attributed remote read (or a batch of them) to add to a sensor.
 struct Observation {
   std::string_view client_id;
+  // The client connection's peer address: the identity when the client-id cannot be read
+  // ("peer:<ip>"), a label on every series so that pod metadata can be joined (kube_pod_info).
+  std::string_view peer_ip;
   std::string_view topic;
   std::int32_t partition = kNoPartition;
   Method method = Method::kExact;
@@ -92,6 +96,7 @@ struct Counters {
 
 struct SensorView {
   std::string_view client_id;
+  std::string_view peer_ip;  // empty when unknown (and for "__other__")
   std::string_view topic;
   std::int32_t partition;  // kNoPartition when the partition label is off
   Method method;

@@ -123,3 +123,27 @@ TEST_CASE("the audit log writes JSON lines and rotates by size") {
   const std::string text = read_all(path);
   CHECK(text.find("\"object_key\":\"t-id/0/00000000000000000000-seg.log\"") != std::string::npos);
 }
+
+TEST_CASE("client series carry the peer's address as peer_ip, one series per client and peer") {
+  sensors::SensorTable table;
+  sensors::Observation o;
+  o.client_id = "scanner";
+  o.peer_ip = "10.77.1.11";
+  o.topic = "orders";
+  o.remote_bytes = 100;
+  o.requests = 1;
+  o.now_ns = 1;
+  table.record(o);
+  o.peer_ip = "10.77.1.12";  // the same client-id from another pod
+  o.remote_bytes = 50;
+  table.record(o);
+  o.client_id = "peer:10.77.1.13";  // an opaque connection: the peer is the identity
+  o.peer_ip = "10.77.1.13";
+  o.method = sensors::Method::kEstimated;
+  o.remote_bytes = 70;
+  table.record(o);
+  const std::string text = exporter::render_prometheus(table, {}, {.currency = "USD"});
+  CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"scanner\",peer_ip=\"10.77.1.11\",topic=\"orders\",method=\"exact\"} 100") != std::string::npos);
+  CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"scanner\",peer_ip=\"10.77.1.12\",topic=\"orders\",method=\"exact\"} 50") != std::string::npos);
+  CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"peer:10.77.1.13\",peer_ip=\"10.77.1.13\",topic=\"orders\",method=\"estimated\"} 70") != std::string::npos);
+}

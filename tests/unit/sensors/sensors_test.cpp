@@ -264,3 +264,22 @@ TEST_CASE("concurrent record, expiry and export keep totals exact") {
   CHECK(table.totals().requests == 2ull * 100'000);
   CHECK(table.stats().live_sensors <= 50);
 }
+
+TEST_CASE("the peer address is part of a sensor's identity and survives in its view") {
+  SensorTable table;
+  auto o = get("c", "t", 10, 1);
+  o.peer_ip = "10.0.0.1";
+  table.record(o);
+  o.peer_ip = "10.0.0.2";
+  table.record(o);
+  table.record(o);
+  std::map<std::string, std::uint64_t> by_peer;
+  table.for_each([&](const SensorView& v) {
+    CHECK(v.client_id == "c");
+    CHECK(v.topic == "t");
+    by_peer[std::string(v.peer_ip)] += v.counters.remote_bytes;
+  });
+  CHECK(by_peer.size() == 2);
+  CHECK(by_peer["10.0.0.1"] == 10);
+  CHECK(by_peer["10.0.0.2"] == 20);
+}
