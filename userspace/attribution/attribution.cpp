@@ -343,11 +343,34 @@ struct Attributor::Impl {
     return first.value_or(0);
   }
 
+  // The oldest fetch answered with remote data after `read` ended, in its window, that no read
+  // went to yet.
+  std::optional<Affinity> oldest_answered_unread(const ObjectRead& read) {
+    for (FetchIt fetch = fetches.begin(); fetch != fetches.end(); ++fetch) {
+      if (fetch->request_ns > read.start_ns) break;
+      if (fetch->answered_ns == 0 || !estimate_window(*fetch, read)) continue;
+      bool read_before = false;
+      for (const auto& part : fetch->parts) read_before |= part.reads > 0;
+      if (!read_before) return Affinity{fetch, estimate_part(*fetch)};
+    }
+    return std::nullopt;
+  }
+
   // Estimated reads name no partition: the fetch the reader thread is serving, else the oldest
   // fetch in whose window the read lies and that no read went to yet (the reader pool is FIFO).
   std::optional<Affinity> match_estimated(const ObjectRead& read) {
     if (auto it = by_thread.find(read.thread_id); it != by_thread.end()) {
-      if (estimate_window(*it->second.fetch, read)) return it->second;
+      const PendingFetch& tied = *it->second.fetch;
+      if (estimate_window(tied, read)) {
+        // The last fetch of a client that left is never answered, so its window never closes:
+        // the broker still runs the task it queued, but after that the thread serves others. A
+        // fetch that was answered with remote data after this cycle and has no cycle yet is
+        // that evidence (without it, a scanner's last fetch took every later cycle of its thread).
+        if (tied.answered_ns == 0 && tied.closed_ns != 0 && read.start_ns > tied.closed_ns) {
+          if (auto starving = oldest_answered_unread(read)) return starving;
+        }
+        return it->second;
+      }
     }
     std::optional<Affinity> unread_elsewhere, busy;
     for (FetchIt fetch = fetches.begin(); fetch != fetches.end(); ++fetch) {

@@ -24,7 +24,9 @@
 // Estimated reads (opaque connections: no key, no status) are held until settled, then decided in
 // start order against the fetches whose window holds them (request arrived ≤ read start, read end ≤
 // response sent) and whose response carried remote data for an eligible partition (or a storage
-// error): the reader thread's current fetch first, then the oldest fetch no read went to yet. The
+// error): the reader thread's current fetch first (unless that fetch's client left and a fetch
+// answered with remote data after the read has none yet), then the oldest fetch no read went to
+// yet. The
 // read goes to the partition the broker read remotely (the eligible one the response filled;
 // Kafka ≤ 4.1 reads one per fetch).
 #pragma once

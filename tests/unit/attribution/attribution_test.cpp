@@ -646,3 +646,48 @@ TEST_CASE("a fetch answered without its remote data (max wait passed) keeps the 
   CHECK(bytes["b"] == 65536);
   CHECK(bytes[std::string(attribution::kUnattributed)] == 0);
 }
+
+TEST_CASE("the reader tied to a fetch whose client left takes no later cycles for it") {
+  // A scanner's last fetch is never answered (the scanner got its count and left). The cycles its
+  // reader thread runs afterwards are other fetches' tasks.
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"t", 0}] = 1000;
+  attribution::Attributor attributor(sink, &tier);
+  const auto last = fetch(1, 25, "scanner", 100, {{"t", 0, 10}});
+  attributor.on_request(last);
+  attributor.on_object_read(estimated(50, 110, 150, 4000));  // its read, before it left
+  attributor.close_connection(1, 160);
+  const auto p1 = fetch(2, 1, "small", 170, {{"t", 0, 20}});
+  const auto p2 = fetch(2, 2, "small", 260, {{"t", 0, 30}});
+  attributor.on_request(p1);
+  attributor.on_object_read(estimated(50, 180, 240, 3000));
+  attributor.on_exchange(respond(p1, 250, 1000));
+  attributor.on_request(p2);
+  attributor.on_object_read(estimated(50, 270, 330, 3000));
+  attributor.on_exchange(respond(p2, 340, 1000));
+  attributor.expire(330 + kSettle);
+  const auto bytes = sink.bytes_by_client();
+  CHECK(bytes.at("scanner") == 4000);
+  CHECK(bytes.at("small") == 6000);
+}
+
+TEST_CASE("a fetch whose client left still gets the task the broker had queued for it") {
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"t", 0}] = 1000;
+  attribution::Attributor attributor(sink, &tier);
+  const auto last = fetch(1, 25, "scanner", 100, {{"t", 0, 10}});
+  attributor.on_request(last);
+  attributor.close_connection(1, 105);
+  const auto other = fetch(2, 1, "other", 150, {{"t", 0, 20}});
+  attributor.on_request(other);
+  attributor.on_object_read(estimated(50, 110, 140, 4000));  // its task, after it left
+  attributor.on_object_read(estimated(50, 141, 170, 3000));  // still its task
+  attributor.on_object_read(estimated(51, 155, 175, 2000));  // other's, on another thread
+  attributor.on_exchange(respond(other, 180, 1000));
+  attributor.expire(190 + kSettle);
+  const auto bytes = sink.bytes_by_client();
+  CHECK(bytes.at("scanner") == 7000);
+  CHECK(bytes.at("other") == 2000);
+}
