@@ -44,6 +44,8 @@ def main():
     ap.add_argument("--max-rss-mib", type=float, default=256)
     ap.add_argument("--rate", type=float, default=1500,
                     help="local fetches per second (fetchcostd must keep up: no ring drops)")
+    ap.add_argument("--remote-rate", type=float, default=300,
+                    help="remote fetches per second (a GET each; s3rver answers a few hundred)")
     ap.add_argument("--local-connections", type=int, default=8)
     ap.add_argument("--remote-connections", type=int, default=8)
     ap.add_argument("--keep", action="store_true")
@@ -66,6 +68,9 @@ def main():
             "object_store": {"ports": [info["s3"]["port"]]},
             "log_dirs": [info["broker"]["log_dirs"]],
             "sensors": {"max_sensors": args.max_sensors},
+            # Room for bursts while a scrape renders thousands of sensors (the drain waits for
+            # it): this test is about memory and folding; ring overflow has its own test.
+            "capture": {"ring_kib_per_cpu": 16384},
         }).start()
         check(wait_until(lambda: fc.status()["targets"], 20), "broker watched")
         log_start, local_start = remote_offset(world, "scan", 0)
@@ -81,7 +86,8 @@ def main():
         if args.remote_connections:
             loads.append(subprocess.Popen(
                 common + ["--offset", str(log_start), "--partition", "1", "--connections",
-                          str(args.remote_connections), "--client-id", "remote"],
+                          str(args.remote_connections), "--client-id", "remote", "--rate",
+                          str(args.remote_rate)],
                 stdout=subprocess.PIPE, text=True))
         samples = []
         live_max = 0
