@@ -14,6 +14,7 @@
 #include "export/export.h"
 #include "pcap_source.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/tier_view.h"
 #include "sensors/sensors.h"
 #include "tier/tier.h"
 
@@ -29,21 +30,6 @@ struct ReplayOptions {
   std::string state_dir;
   std::string audit_log;
   bool partition_label = false;
-};
-
-class TierView : public fc::attribution::LocalTier {
- public:
-  explicit TierView(const fc::tier::LocalTierMap& map) : map_(map) {}
-  std::optional<std::int64_t> local_log_start(std::string_view topic,
-                                              std::int32_t partition) const override {
-    return map_.local_log_start(topic, partition);
-  }
-  std::optional<std::string> topic_name(std::string_view id) const override {
-    return map_.topic_name(id);
-  }
-
- private:
-  const fc::tier::LocalTierMap& map_;
 };
 
 // Reassembled TCP flows → pipeline pieces, with the broker's side worked out per flow: it is the
@@ -111,12 +97,12 @@ int run_replay(const ReplayOptions& o) {
   const std::string currency = prices->currency;
   fc::sensors::SensorTable sensors(fc::sensors::Config{.partition_label = o.partition_label});
   std::unique_ptr<fc::tier::LocalTierMap> tier;
-  std::unique_ptr<TierView> tier_view;
+  std::unique_ptr<fc::pipeline::TierView> tier_view;
   if (!o.log_dirs.empty()) {
     tier = std::make_unique<fc::tier::LocalTierMap>(
         fc::tier::Options{.log_dirs = o.log_dirs, .use_inotify = false});
     tier->rescan();
-    tier_view = std::make_unique<TierView>(*tier);
+    tier_view = std::make_unique<fc::pipeline::TierView>(*tier);
   }
   std::unique_ptr<fc::exporter::Ledger> ledger;
   if (!o.state_dir.empty()) {

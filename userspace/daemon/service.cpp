@@ -23,6 +23,7 @@
 #include "export/export.h"
 #include "pipeline/capture_feed.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/tier_view.h"
 #include "tier/tier.h"
 
 namespace fc::daemon {
@@ -169,29 +170,13 @@ struct HeldKey {
   std::unique_ptr<HeldRecord> record;
 };
 
-// The tier map as the attribution stage wants it.
-class TierAdapter : public attribution::LocalTier {
- public:
-  explicit TierAdapter(const tier::LocalTierMap& map) : map_(map) {}
-  std::optional<std::int64_t> local_log_start(std::string_view topic,
-                                              std::int32_t partition) const override {
-    return map_.local_log_start(topic, partition);
-  }
-  std::optional<std::string> topic_name(std::string_view topic_id) const override {
-    return map_.topic_name(topic_id);
-  }
-
- private:
-  const tier::LocalTierMap& map_;
-};
-
 }  // namespace
 
 struct Service::Impl {
   Config config;
   sensors::SensorTable sensors;
   std::unique_ptr<tier::LocalTierMap> tier_map;
-  std::unique_ptr<TierAdapter> tier_adapter;
+  std::unique_ptr<pipeline::TierView> tier_view;
   std::unique_ptr<exporter::Ledger> ledger;
   std::unique_ptr<exporter::AuditLog> audit;
   std::unique_ptr<pipeline::Pipeline> pipe;
@@ -546,7 +531,7 @@ Result<std::unique_ptr<Service>> Service::create(const Config& config) {
   if (!config.log_dirs.empty()) {
     impl->tier_map = std::make_unique<tier::LocalTierMap>(tier::Options{.log_dirs = config.log_dirs});
     if (auto r = impl->tier_map->start(); !r) return make_error("log_dirs: " + r.error().message);
-    impl->tier_adapter = std::make_unique<TierAdapter>(*impl->tier_map);
+    impl->tier_view = std::make_unique<pipeline::TierView>(*impl->tier_map);
   }
   auto ledger = exporter::Ledger::open(config.state_dir);
   if (!ledger) return ledger.error();
@@ -566,7 +551,7 @@ Result<std::unique_ptr<Service>> Service::create(const Config& config) {
   pc.key_layout = config.key_layout;
   pc.virtual_host_suffixes = config.virtual_host_suffixes;
   auto pipe = pipeline::Pipeline::create(pc, std::move(*prices), impl->sensors,
-                                         impl->tier_adapter.get(), impl->ledger.get(),
+                                         impl->tier_view.get(), impl->ledger.get(),
                                          impl->audit.get());
   if (!pipe) return pipe.error();
   impl->pipe = std::move(*pipe);

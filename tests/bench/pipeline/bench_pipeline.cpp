@@ -12,6 +12,7 @@
 
 #include "pcap_source.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/tier_view.h"
 #include "tier/tier.h"
 
 namespace {
@@ -43,13 +44,6 @@ struct Recorder : fc::tools::FlowSink {
   void end(std::uint64_t) override {}
 };
 
-struct Tier : fc::attribution::LocalTier {
-  const fc::tier::LocalTierMap* map = nullptr;
-  std::optional<std::int64_t> local_log_start(std::string_view t, std::int32_t p) const override {
-    return map ? map->local_log_start(t, p) : std::nullopt;
-  }
-};
-
 double thread_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -77,17 +71,18 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   Recorder recorder;
-  fc::tools::PcapSource source({.path = pcap, .broker_port = 0});
+  fc::tools::PcapSource source(
+      {.path = pcap, .broker_port = 0, .server_ports = {kafka_port, store_port}});
   if (auto r = source.run(recorder); !r) {
     std::fprintf(stderr, "%s\n", r.error().message.c_str());
     return 2;
   }
   std::unique_ptr<fc::tier::LocalTierMap> map;
-  Tier tier;
+  std::unique_ptr<fc::pipeline::TierView> tier;
   if (!log_dirs.empty()) {
     map = std::make_unique<fc::tier::LocalTierMap>(fc::tier::Options{.log_dirs = log_dirs, .use_inotify = false});
     map->rescan();
-    tier.map = map.get();
+    tier = std::make_unique<fc::pipeline::TierView>(*map);
   }
   std::size_t data_events = 0, bytes = 0;
   for (auto& e : recorder.events) {
@@ -107,7 +102,7 @@ int main(int argc, char** argv) {
     config.object_store_ports = {store_port};
     config.unix_timestamps = true;
     auto pipeline = fc::pipeline::Pipeline::create(config, *fc::cost::preset("aws-s3-standard-same-region"),
-                                                   sensors, map ? &tier : nullptr, nullptr, nullptr);
+                                                   sensors, tier.get(), nullptr, nullptr);
     if (!pipeline) return 2;
     std::unordered_map<std::uint64_t, bool> broker_is_server;
     const double start = thread_seconds();
