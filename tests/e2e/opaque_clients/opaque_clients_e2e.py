@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,12 +46,7 @@ class Failure(Exception):
     figures = None  # what was measured before the failed check, for --runs summaries
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = scenario.free_port
 
 
 def get(url):

@@ -35,12 +35,7 @@ def require_root():
         sys.exit(77)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+free_port = scenario.free_port
 
 
 def http(url, data=None, timeout=10):
