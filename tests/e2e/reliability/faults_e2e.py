@@ -69,7 +69,12 @@ def kcat(world, client, count, start="beginning", extra=()):
 def exact(fc, world, clients, what):
     truth, seen = settle(fc, world, clients)
     check(sum(v[1] for v in truth.values()) > 0, f"{what}: the ledger has GETs ({truth})")
-    return check(truth == seen, f"{what}: fetchcost {seen} == ledger {truth}")
+    ok = check(truth == seen, f"{what}: fetchcost {seen} == ledger {truth}")
+    if not ok:  # keep both sides' per-GET detail for the post-mortem (the workdir is kept)
+        name = re.sub(r"[^a-z0-9]+", "-", what.lower())[:40]
+        with open(os.path.join(world.path(f"ledger-gets-{name}.json")), "w") as f:
+            json.dump(world.admin("/ledger?gets=1"), f)
+    return ok
 
 
 def main():
