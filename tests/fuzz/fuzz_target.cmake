@@ -7,7 +7,7 @@ set(FC_FUZZ_SECONDS 45 CACHE STRING "Seconds each fuzz target runs under ctest")
 function(fc_fuzz_target name)
   cmake_parse_arguments(F "" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${F_SOURCES})
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/userspace)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/userspace ${PROJECT_SOURCE_DIR}/tests/fuzz)
   target_link_libraries(${name} PRIVATE ${F_LIBS})
   target_compile_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined
                                          -fno-sanitize-recover=undefined -fno-omit-frame-pointer)

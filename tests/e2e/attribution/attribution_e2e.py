@@ -12,7 +12,6 @@ queries; their values must agree with the ledger.
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,20 +33,7 @@ def fail(msg):
 free_port = scenario.free_port
 
 
-def get_json(url):
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.load(r)
-
-
-def wait_http(url, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except Exception:
-            time.sleep(0.2)
-    fail(f"{url} did not answer within {timeout} s")
+get_json = scenario.get_json
 
 
 def per_client(sensors):
@@ -57,21 +43,6 @@ def per_client(sensors):
         b, r, e = out.get(k, (0, 0, 0))
         out[k] = (b + s["bytes"], r + s["requests"], e + s["errors"])
     return out
-
-
-def start_prometheus(workdir, target):
-    port = free_port()
-    cfg = os.path.join(workdir, "prometheus.yml")
-    with open(cfg, "w") as f:
-        f.write("global:\n  scrape_interval: 1s\nscrape_configs:\n"
-                f"  - job_name: fetchcost\n    static_configs:\n      - targets: ['{target}']\n")
-    proc = subprocess.Popen(["prometheus", f"--config.file={cfg}",
-                             f"--storage.tsdb.path={os.path.join(workdir, 'tsdb')}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "prometheus.log"), "w"),
-                            start_new_session=True)
-    wait_http(f"http://127.0.0.1:{port}/-/ready", 60)
-    return proc, f"http://127.0.0.1:{port}"
 
 
 def promql(base, query):
@@ -128,18 +99,12 @@ def main():
                               stdout=subprocess.DEVNULL,
                               stderr=open(os.path.join(workdir, "fetchcostd.log"), "w"))
         base = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/readyz", timeout=1):
-                    break
-            except Exception:
-                if fc.poll() is not None or time.time() > deadline:
-                    fail("fetchcostd did not become ready: " +
-                         open(os.path.join(workdir, "fetchcostd.log")).read()[-2000:])
-                time.sleep(0.2)
+        try:
+            scenario.wait_http(base + "/readyz", 30, fc, os.path.join(workdir, "fetchcostd.log"))
+        except RuntimeError as e:
+            fail(f"fetchcostd did not become ready: {e}")
         if args.prometheus:
-            prom, prom_base = start_prometheus(workdir, f"127.0.0.1:{port}")
+            prom, prom_base = scenario.start_prometheus(workdir, f"127.0.0.1:{port}")
 
         if args.storage_errors:
             # The first remote segment of partition 0 vanishes from the bucket: every read of it
@@ -242,20 +207,10 @@ def main():
                 fail(f"{name} missing from /metrics")
         print("PASS")
     finally:
-        if fc and fc.poll() is None:
-            fc.send_signal(signal.SIGTERM)
-            try:
-                fc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                fc.kill()
-        if prom:
-            os.killpg(prom.pid, signal.SIGTERM)
-            prom.wait()
+        scenario.stop_process(fc)
+        scenario.stop_group(prom)
         world.stop()
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            print("kept", workdir)
+        scenario.remove_workdir(workdir, args.keep)
 
 
 if __name__ == "__main__":

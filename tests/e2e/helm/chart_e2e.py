@@ -16,12 +16,10 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 import urllib.request
 from importlib.machinery import SourceFileLoader
 
@@ -47,22 +45,11 @@ def fail(msg):
 free_port = scenario.free_port
 
 
-def http_get(url, timeout=5):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.status, r.read().decode()
-
-
 def wait_http(url, timeout, proc=None, log=None):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            return http_get(url, 1)
-        except Exception:
-            if proc is not None and proc.poll() is not None:
-                break
-            time.sleep(0.2)
-    fail(f"{url} did not answer within {timeout} s" +
-         (": " + open(log).read()[-2000:] if log and os.path.exists(log) else ""))
+    try:
+        return scenario.wait_http(url, timeout, proc, log)
+    except RuntimeError as e:
+        fail(str(e))
 
 
 def render(renderer, chart, values):
@@ -104,31 +91,11 @@ def start_fetchcostd(args, workdir, values):
     return docs, proc, log
 
 
-def start_prometheus(workdir, target, rules_file):
-    port = free_port()
-    cfg = os.path.join(workdir, "prometheus.yml")
-    with open(cfg, "w") as f:
-        f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                f"rule_files: ['{rules_file}']\n"
-                "scrape_configs:\n  - job_name: fetchcost\n    static_configs:\n"
-                f"      - targets: ['{target}']\n")
-    proc = subprocess.Popen(["prometheus", f"--config.file={cfg}",
-                             f"--storage.tsdb.path={os.path.join(workdir, 'tsdb')}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL,
-                            stderr=open(os.path.join(workdir, "prometheus.log"), "w"),
-                            start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    wait_http(base + "/-/ready", 60, proc, os.path.join(workdir, "prometheus.log"))
-    return proc, base
-
-
 def prom_api(base, path, **params):
-    _, body = http_get(base + path + "?" + urllib.parse.urlencode(params), 10)
-    doc = json.loads(body)
-    if doc.get("status") != "success":
-        fail(f"Prometheus {path} {params}: {doc}")
-    return doc["data"]
+    try:
+        return scenario.prom_api(base, path, **params)
+    except RuntimeError as e:
+        fail(str(e))
 
 
 def main():
@@ -185,22 +152,13 @@ def main():
         status, _ = wait_http(base + "/healthz", 30, fc, fc_log)
         if status != 200:
             fail(f"/healthz answered {status}")
-        deadline = time.time() + 30
-        while True:  # the readiness probe: 503 until the broker is watched
-            try:
-                if http_get(base + "/readyz", 1)[0] == 200:
-                    break
-            except Exception:
-                pass
-            if fc.poll() is not None or time.time() > deadline:
-                fail("fetchcostd did not become ready: " + open(fc_log).read()[-2000:])
-            time.sleep(0.2)
+        wait_http(base + "/readyz", 30, fc, fc_log)  # the readiness probe: 503 until the broker is watched
         print("probes: /healthz and /readyz answer 200")
 
         rules = os.path.join(workdir, "rules.yml")
         with open(rules, "w") as f:
             json.dump(kind(docs, "PrometheusRule")["spec"], f)
-        prom, prom_base = start_prometheus(workdir, f"127.0.0.1:{port}", rules)
+        prom, prom_base = scenario.start_prometheus(workdir, f"127.0.0.1:{port}", rules)
 
         world.start_tenants()
         time.sleep(args.seconds)
@@ -208,7 +166,7 @@ def main():
         scenario.kcat_consume(world.bootstrap, "scan", "scanner-kcat", "beginning", 1000)
         time.sleep(4)
 
-        _, metrics = http_get(base + "/metrics", 10)
+        metrics = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
         if args.metrics_out:
             with open(args.metrics_out, "w") as f:
                 f.write(metrics)
@@ -260,20 +218,10 @@ def main():
         print("prometheus: every dashboard query evaluates; the per-client panels have data")
         print("PASS")
     finally:
-        if fc and fc.poll() is None:
-            fc.send_signal(signal.SIGTERM)
-            try:
-                fc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                fc.kill()
-        if prom:
-            os.killpg(prom.pid, signal.SIGTERM)
-            prom.wait()
+        scenario.stop_process(fc)
+        scenario.stop_group(prom)
         world.stop()
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            print("kept", workdir)
+        scenario.remove_workdir(workdir, args.keep)
 
 
 if __name__ == "__main__":

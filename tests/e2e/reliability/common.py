@@ -45,8 +45,7 @@ def http(url, data=None, timeout=10):
         return r.read().decode("utf-8", errors="replace")
 
 
-def get_json(url):
-    return json.loads(http(url))
+get_json = scenario.get_json
 
 
 def wait_until(pred, timeout=20, step=0.1):

@@ -37,9 +37,7 @@ def fail(msg):
 free_port = scenario.free_port
 
 
-def get_json(url):
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.load(r)
+get_json = scenario.get_json
 
 
 def wait_for(what, predicate, timeout, interval=0.5, show=None):
@@ -188,16 +186,9 @@ def main():
                 time.sleep(0.5)
         replayer = threading.Thread(target=replay, daemon=True)
         replayer.start()
-        prom_port = free_port() if shutil.which("prometheus") else None
-        if prom_port:  # for top --prometheus: a real server scraping fetchcostd every second
-            with open(os.path.join(workdir, "prometheus.yml"), "w") as f:
-                f.write("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: fetchcost\n"
-                        f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")
-            prom = subprocess.Popen(["prometheus", f"--config.file={workdir}/prometheus.yml",
-                                     f"--storage.tsdb.path={workdir}/tsdb",
-                                     f"--web.listen-address=127.0.0.1:{prom_port}"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    start_new_session=True)
+        prom_base = None
+        if shutil.which("prometheus"):  # for top --prometheus: a real server scraping fetchcostd every second
+            prom, prom_base = scenario.start_prometheus(workdir, f"127.0.0.1:{port}")
 
         def scanner_reading():
             rows = get_json(base + "/api/v1/clients")["sensors"]
@@ -313,9 +304,9 @@ def main():
             if not any(c.startswith("# totals cost_per_hour=") for c in comments):
                 fail(f"--once lacks the totals comment: {comments}")
         print("--once: ok", [(r["client_id"], r["cost_per_hour"]) for r in outs[0][1]])
-        if prom_port:
+        if prom_base:
             r = subprocess.run([args.fetchcost, "top", "--once", "--interval", "2", "--prometheus",
-                                f"http://127.0.0.1:{prom_port}"], capture_output=True, text=True,
+                                prom_base], capture_output=True, text=True,
                                timeout=30)
             if r.returncode != 0:
                 fail(f"top --prometheus failed: {r.stderr}")
@@ -392,21 +383,11 @@ def main():
     finally:
         if tmux:
             tmux.kill()
-        if prom:
-            os.killpg(prom.pid, signal.SIGTERM)
-            prom.wait()
-        if fc and fc.poll() is None:
-            fc.send_signal(signal.SIGTERM)
-            try:
-                fc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                fc.kill()
+        scenario.stop_group(prom)
+        scenario.stop_process(fc)
         hook_server.shutdown()
         world.stop()
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            print("kept", workdir)
+        scenario.remove_workdir(workdir, args.keep)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kafka/kafka.h"
+#include "piece_cutter.h"
 
 namespace {
 
@@ -16,26 +17,6 @@ struct NullSink : fc::kafka::Sink {
   std::size_t n = 0;
   void on_exchange(const fc::kafka::Exchange& ex) override {
     n += ex.fetch.partitions.size() + ex.client_id.size();
-  }
-};
-
-struct Cutter {
-  std::minstd_rand rng;
-  const std::uint8_t* data;
-  std::size_t size;
-  std::size_t at = 0;
-  std::uint64_t pos = 0;
-  std::uint8_t flags;
-  // Next piece: [pos, pos + len) with `captured` known bytes.
-  bool next(std::uint64_t* p, std::size_t* len, std::size_t* captured) {
-    if (at >= size) return false;
-    std::size_t max = (flags & 2) ? 1 : (flags & 4) ? 8 : 64 + rng() % 600;
-    *len = std::min<std::size_t>(size - at, 1 + rng() % max);
-    *captured = (rng() % 8 == 0) ? rng() % (*len + 1) : *len;  // holes now and then
-    *p = pos;
-    pos += *len;
-    at += *len;
-    return true;
   }
 };
 
@@ -59,18 +40,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fc::kafka::Decoder decoder(sink, options);
   const std::uint64_t conn = 1 + (flags >> 5);
   if (flags & 1) decoder.open(conn, 0);
-  Cutter req{
-      std::minstd_rand(flags * 7919u + static_cast<unsigned>(size)), data, req_len, 0, 0, flags};
-  Cutter resp{std::minstd_rand(flags * 104729u + 1), data + req_len, size - req_len, 0, 0, flags};
+  fc::fuzz::PieceCutter req(flags * 7919u + static_cast<unsigned>(size), data, req_len, flags, 8, 600);
+  fc::fuzz::PieceCutter resp(flags * 104729u + 1, data + req_len, size - req_len, flags, 8, 600);
   std::uint64_t time = 1;
   std::vector<std::uint8_t> held;  // a piece delayed to arrive out of order
   std::uint64_t held_pos = 0, held_len = 0;
   fc::kafka::Direction held_dir = fc::kafka::Direction::kRequest;
-  auto deliver = [&](fc::kafka::Direction dir, Cutter& c) {
-    std::uint64_t p;
-    std::size_t len, captured;
-    if (!c.next(&p, &len, &captured)) return false;
-    std::span<const std::uint8_t> bytes(c.data + (c.at - len), captured);
+  auto deliver = [&](fc::kafka::Direction dir, fc::fuzz::PieceCutter& c) {
+    fc::fuzz::Piece piece;
+    if (!c.next(&piece)) return false;
+    const std::uint64_t p = piece.pos, len = piece.len;
+    const auto bytes = piece.captured;
     if ((flags & 8) && held_len == 0 && c.rng() % 5 == 0) {  // hold it back
       held.assign(bytes.begin(), bytes.end());
       held_pos = p, held_len = len, held_dir = dir;
@@ -88,8 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   while (more) {
     more = deliver(fc::kafka::Direction::kRequest, req);
     // Responses trail requests: keep the response stream at most as far along, proportionally.
-    while (resp.at * std::max<std::size_t>(req.size, 1) <= req.at * resp.size &&
-           resp.at < resp.size) {
+    while (resp.behind(req)) {
       if (!deliver(fc::kafka::Direction::kResponse, resp)) break;
     }
     if (time % 64 == 0) decoder.close_gaps(time);

@@ -9,24 +9,9 @@
 #include <span>
 
 #include "objstore/objstore.h"
+#include "piece_cutter.h"
 
 namespace {
-
-struct Cutter {
-  std::minstd_rand rng;
-  const std::uint8_t* data;
-  std::size_t size;
-  std::size_t at = 0;
-  std::uint8_t flags;
-  // Next piece: [at, at + len) with `captured` known bytes; occasionally a long hole.
-  bool next(std::size_t* len, std::size_t* captured) {
-    if (at >= size) return false;
-    const std::size_t max = (flags & 2) ? 1 : (flags & 4) ? 16 : 64 + rng() % 2000;
-    *len = std::min<std::size_t>(size - at, 1 + rng() % max);
-    *captured = (rng() % 8 == 0) ? rng() % (*len + 1) : *len;
-    return true;
-  }
-};
 
 }  // namespace
 
@@ -47,32 +32,31 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     billed += g.billable_bytes();
     ++gets;
   });
-  Cutter req{std::minstd_rand(flags * 7919u + static_cast<unsigned>(size)), data, req_len, 0,
-             flags};
-  Cutter resp{std::minstd_rand(flags * 104729u + 1), data + req_len, size - req_len, 0, flags};
+  fc::fuzz::PieceCutter req(flags * 7919u + static_cast<unsigned>(size), data, req_len, flags, 16,
+                           2000);
+  fc::fuzz::PieceCutter resp(flags * 104729u + 1, data + req_len, size - req_len, flags, 16, 2000);
   std::uint64_t req_pos = 0, resp_pos = 0, time = 1;
   std::uint32_t thread = 1;
   // A hole in the response stream may stand for more bytes than the input holds.
   std::uint64_t resp_moved = 0;
-  auto deliver = [&](fc::objstore::Direction dir, Cutter& c) {
-    std::size_t len, captured;
-    if (!c.next(&len, &captured)) return false;
-    std::span<const std::uint8_t> bytes(c.data + c.at, captured);
-    std::uint64_t length = len;
-    if ((flags & 8) && captured < len && c.rng() % 4 == 0) length += c.rng() % (1u << 20);
+  auto deliver = [&](fc::objstore::Direction dir, fc::fuzz::PieceCutter& c) {
+    fc::fuzz::Piece piece;
+    if (!c.next(&piece)) return false;
+    const auto bytes = piece.captured;
+    const std::size_t captured = bytes.size();
+    std::uint64_t length = piece.len;
+    if ((flags & 8) && captured < piece.len && c.rng() % 4 == 0) length += c.rng() % (1u << 20);
     std::uint64_t& pos = dir == fc::objstore::Direction::kRequest ? req_pos : resp_pos;
     http.on_piece(dir, pos, length, bytes, time++, thread);
     pos += length;
     if (dir == fc::objstore::Direction::kResponse) resp_moved += length;
-    c.at += len;
     if ((flags & 16) && c.rng() % 64 == 0) http.abandon(thread++, time++);
     return true;
   };
   bool more = true;
   while (more) {
     more = deliver(fc::objstore::Direction::kRequest, req);
-    while (resp.at * std::max<std::size_t>(req.size, 1) <= req.at * resp.size &&
-           resp.at < resp.size) {
+    while (resp.behind(req)) {
       if (!deliver(fc::objstore::Direction::kResponse, resp)) break;
     }
     if ((flags & 32) && req.rng() % 128 == 0) break;  // the connection closes early
