@@ -7,13 +7,13 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <unordered_map>
 
 #include "commands.h"
 #include "cost/cost.h"
 #include "export/export.h"
 #include "pcap_source.h"
 #include "pipeline/pipeline.h"
+#include "pipeline_flows.h"
 #include "pipeline/tier_view.h"
 #include "sensors/sensors.h"
 #include "tier/tier.h"
@@ -30,62 +30,6 @@ struct ReplayOptions {
   std::string state_dir;
   std::string audit_log;
   bool partition_label = false;
-};
-
-// Reassembled TCP flows → pipeline pieces, with the broker's side worked out per flow: it is the
-// server of Kafka flows and the client of object-store flows.
-class PipelineSink : public fc::tools::FlowSink {
- public:
-  PipelineSink(fc::pipeline::Pipeline& pipeline, const ReplayOptions& options)
-      : pipeline_(pipeline), options_(options) {}
-
-  void open(std::uint64_t connection, std::uint64_t ns, const fc::tools::FlowEnds& ends,
-            bool from_start) override {
-    const bool kafka = std::find(options_.kafka_ports.begin(), options_.kafka_ports.end(),
-                                 ends.server_port) != options_.kafka_ports.end();
-    broker_is_server_[connection] = kafka;
-    const std::uint16_t local = kafka ? ends.server_port : ends.client_port;
-    const std::uint16_t peer = kafka ? ends.client_port : ends.server_port;
-    const std::string& peer_ip = kafka ? ends.client_ip : ends.server_ip;
-    if (from_start)
-      pipeline_.open(connection, ns, local, peer, peer_ip);
-    else
-      pipeline_.describe(connection, local, peer, peer_ip);
-  }
-
-  void data(std::uint64_t connection, bool from_client, std::uint64_t ns, std::uint64_t position,
-            std::uint64_t length, std::span<const std::uint8_t> captured) override {
-    tick(ns);
-    fc::pipeline::Segment segment{position, captured};
-    fc::pipeline::Piece piece;
-    piece.connection = connection;
-    piece.to_target = broker_is_server_[connection] ? from_client : !from_client;
-    piece.time_ns = ns;
-    // A pcap has no threads; one object-store connection serves one reader at a time.
-    piece.thread_id = static_cast<std::uint32_t>(connection);
-    piece.position = position;
-    piece.length = length;
-    if (!captured.empty()) piece.captured = std::span<const fc::pipeline::Segment>(&segment, 1);
-    pipeline_.piece(piece);
-  }
-
-  void close(std::uint64_t connection, std::uint64_t ns) override {
-    pipeline_.close(connection, ns);
-    broker_is_server_.erase(connection);
-  }
-  void end(std::uint64_t ns) override { pipeline_.finish(ns); }
-
- private:
-  void tick(std::uint64_t ns) {
-    if (ns >= last_tick_ + 100'000'000) {
-      pipeline_.tick(ns);
-      last_tick_ = ns;
-    }
-  }
-  fc::pipeline::Pipeline& pipeline_;
-  const ReplayOptions& options_;
-  std::unordered_map<std::uint64_t, bool> broker_is_server_;
-  std::uint64_t last_tick_ = 0;
 };
 
 int run_replay(const ReplayOptions& o) {
@@ -133,7 +77,7 @@ int run_replay(const ReplayOptions& o) {
     std::fprintf(stderr, "fetchcost replay: %s\n", pipeline.error().message.c_str());
     return 2;
   }
-  PipelineSink sink(**pipeline, o);
+  fc::tools::PipelineFlows sink(**pipeline, o.kafka_ports);
   std::vector<std::uint16_t> server_ports = o.kafka_ports;
   server_ports.insert(server_ports.end(), o.object_store_ports.begin(), o.object_store_ports.end());
   fc::tools::PcapSource source(

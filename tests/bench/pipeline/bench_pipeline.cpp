@@ -12,6 +12,7 @@
 
 #include "pcap_source.h"
 #include "pipeline/pipeline.h"
+#include "pipeline_flows.h"
 #include "pipeline/tier_view.h"
 #include "tier/tier.h"
 
@@ -104,7 +105,7 @@ int main(int argc, char** argv) {
     auto pipeline = fc::pipeline::Pipeline::create(config, *fc::cost::preset("aws-s3-standard-same-region"),
                                                    sensors, tier.get(), nullptr, nullptr);
     if (!pipeline) return 2;
-    std::unordered_map<std::uint64_t, bool> broker_is_server;
+    fc::tools::PipelineFlows flows(**pipeline, {kafka_port});
     const double start = thread_seconds();
     for (int copy = 0; copy < copies; ++copy) {
       const std::uint64_t base = static_cast<std::uint64_t>(copy) << 32;
@@ -112,29 +113,14 @@ int main(int argc, char** argv) {
       for (const auto& e : recorder.events) {
         const std::uint64_t id = base | e.connection;
         switch (e.kind) {
-          case Recorded::kOpen: {
-            const bool kafka = e.ends.server_port == kafka_port;
-            broker_is_server[id] = kafka;
-            (*pipeline)->describe(id, kafka ? e.ends.server_port : e.ends.client_port,
-                                  kafka ? e.ends.client_port : e.ends.server_port,
-                                  kafka ? e.ends.client_ip : e.ends.server_ip);
+          case Recorded::kOpen:
+            flows.open(id, e.time_ns + shift, e.ends, false);
             break;
-          }
-          case Recorded::kData: {
-            fc::pipeline::Segment seg{e.position, e.bytes};
-            fc::pipeline::Piece p;
-            p.connection = id;
-            p.to_target = broker_is_server[id] ? e.from_client : !e.from_client;
-            p.time_ns = e.time_ns + shift;
-            p.thread_id = static_cast<std::uint32_t>(id);
-            p.position = e.position;
-            p.length = e.length;
-            if (!e.bytes.empty()) p.captured = std::span<const fc::pipeline::Segment>(&seg, 1);
-            (*pipeline)->piece(p);
+          case Recorded::kData:
+            flows.data(id, e.from_client, e.time_ns + shift, e.position, e.length, e.bytes);
             break;
-          }
           case Recorded::kClose:
-            (*pipeline)->close(id, e.time_ns + shift);
+            flows.close(id, e.time_ns + shift);
             break;
         }
       }
