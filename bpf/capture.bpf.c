@@ -13,7 +13,7 @@
  *               Identity: a synthetic id per (socket, accept/connect/first sighting).
  * The TLS uprobes (tls_*) are shared; userspace attaches them per target process and library.
  *
- * Every program returns at once unless the current tgid is in `targets`. */
+ * Every program returns at once unless the current tgid is a target (`target_bits`, one load). */
 #include "fc_kernel_types.h"
 /* fc_kernel_types.h plays vmlinux.h: bpf_tracing.h then uses the kernel's pt_regs names. */
 #define __VMLINUX_H__
@@ -60,7 +60,7 @@ struct {
   __array(values, struct ringbuf_map);
 } ringbufs SEC(".maps");
 
-/* tgid -> capture settings; a process absent here costs one hash lookup per socket call. */
+/* tgid -> capture settings (its bit in `target_bits` is set while it is here). */
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
   __uint(max_entries, 1024);
@@ -190,10 +190,28 @@ static __always_inline void count(__u32 which) {
   if (c) *c += 1;
 }
 
-static __always_inline __u64 wakeup_flags(void* rb, __u64 size) {
-  __u64 avail = bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA);
-  return (avail < cfg_wakeup_bytes && avail + size >= cfg_wakeup_bytes) ? BPF_RB_FORCE_WAKEUP
-                                                                        : BPF_RB_NO_WAKEUP;
+/* Bytes put into this CPU's ring since it last woke the reader. A wakeup every
+ * cfg_wakeup_bytes produced bounds the unread data between wakeups as the old
+ * `bpf_ringbuf_query(BPF_RB_AVAIL_DATA)` check did, without a helper call per record that
+ * reads the consumer position (a cache line userspace writes). */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, __u64);
+} ring_unwoken SEC(".maps");
+
+static __always_inline __u64 wakeup_flags(__u64 size) {
+  __u32 zero = 0;
+  __u64* unwoken = bpf_map_lookup_elem(&ring_unwoken, &zero);
+  if (!unwoken) return 0; /* cannot happen; 0 is the ring's own adaptive wakeup */
+  __u64 n = *unwoken + size;
+  if (n >= cfg_wakeup_bytes) {
+    *unwoken = 0;
+    return BPF_RB_FORCE_WAKEUP;
+  }
+  *unwoken = n;
+  return BPF_RB_NO_WAKEUP;
 }
 
 static __always_inline int submit(void* data, __u64 size) {
@@ -203,7 +221,7 @@ static __always_inline int submit(void* data, __u64 size) {
     count(FC_COUNTER_DROPS);
     return -1;
   }
-  if (bpf_ringbuf_output(rb, data, size, wakeup_flags(rb, size)) != 0) {
+  if (bpf_ringbuf_output(rb, data, size, wakeup_flags(size)) != 0) {
     count(FC_COUNTER_DROPS);
     return -1;
   }
@@ -211,8 +229,20 @@ static __always_inline int submit(void* data, __u64 size) {
   return 0;
 }
 
+/* One bit per tgid, set by userspace for the processes in `targets`: the test every socket
+ * call on the machine pays is one load, and a target's events skip the `targets` lookup
+ * unless a policy must be resolved. */
+__u64 target_bits[FC_MAX_TGID / 64] = {};
+
+static __always_inline int is_target(__u32 tgid) {
+  __u32 word = tgid / 64;
+  if (word >= FC_MAX_TGID / 64 || tgid == cfg_self_tgid) return 0;
+  /* The mask (a power of two) keeps the bound visible to the verifier after optimisation. */
+  return (target_bits[word & (FC_MAX_TGID / 64 - 1)] >> (tgid & 63)) & 1;
+}
+
 static __always_inline struct fc_target* target_of(__u32 tgid) {
-  if (tgid == cfg_self_tgid) return 0;
+  if (!is_target(tgid)) return 0;
   return bpf_map_lookup_elem(&targets, &tgid);
 }
 
@@ -268,12 +298,24 @@ static __always_inline __u8 source_of(long nr) {
   }
 }
 
-static __always_inline void fill_common(struct fc_event_common* c, __u16 kind, __u64 pid_tgid) {
+/* `task`: the current task as a trusted BTF pointer (tp_btf programs), whose name is read
+ * with two plain loads; 0 elsewhere (the helper copies it). */
+static __always_inline void fill_common_task(struct fc_event_common* c, __u16 kind, __u64 pid_tgid,
+                                             struct task_struct* task) {
   c->timestamp_ns = bpf_ktime_get_ns();
   c->tgid = pid_tgid >> 32;
   c->tid = (__u32)pid_tgid;
   c->kind = kind;
-  bpf_get_current_comm(c->comm, sizeof(c->comm));
+  if (task) {
+    /* The kernel keeps comm NUL-terminated and NUL-padded (strscpy_pad), as the helper does. */
+    __builtin_memcpy(c->comm, task->comm, sizeof(c->comm));
+  } else {
+    bpf_get_current_comm(c->comm, sizeof(c->comm));
+  }
+}
+
+static __always_inline void fill_common(struct fc_event_common* c, __u16 kind, __u64 pid_tgid) {
+  fill_common_task(c, kind, pid_tgid, 0);
 }
 
 static __always_inline void resolve_policy(struct conn_state* st, const struct fc_target* t) {
@@ -420,6 +462,58 @@ static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u
   if (off < ret && i >= FC_MAX_SEGMENTS) ev->hdr.c.flags |= FC_FLAG_TRUNCATED_SEGS;
 }
 
+/* The header of a socket data event, written where the record is built (scratch space or,
+ * for one-range and length-only calls, the reserved ring record itself). */
+static __always_inline void fill_data_hdr(struct fc_data_event* h, const struct conn_state* st,
+                                          __u64 pid_tgid, struct task_struct* task, __u8 src,
+                                          __u64 pos, __u32 ret, __u8 direction) {
+  fill_common_task(&h->c, FC_EVENT_DATA, pid_tgid, task);
+  h->c.conn_id = st->conn_id;
+  h->c.generation = st->generation;
+  h->c.fd = st->fd;
+  h->c.role = st->policy.role;
+  h->c.flags = st->tls ? FC_FLAG_TLS_CIPHERTEXT : 0;
+  h->c.reserved = 0;
+  h->stream_pos = pos;
+  h->tls_obj = 0;
+  h->length = ret;
+  h->captured = 0;
+  h->direction = direction;
+  h->source = src;
+  h->nsegs = 0;
+  h->tls_lib = 0;
+  h->reserved = 0;
+}
+
+/* A call whose bytes are not copied (sendfile, splice, mmsg, io_uring, TLS ciphertext, an
+ * ignored role or a zero cap): a short record (FC_DATA_EVENT_SHORT, no segments) written
+ * straight into the ring, with no scratch buffer and no second copy. These are most of a
+ * broker's send events (sendfile of local records); their cost is mostly the cache lines of
+ * ring memory they write, so fewer lines matter. */
+struct fc_data_event_short {
+  __u8 bytes[FC_DATA_EVENT_SHORT];
+};
+static __always_inline void emit_length_only(const struct conn_state* st, __u64 pid_tgid,
+                                             struct task_struct* task, __u8 src, __u64 pos,
+                                             __u32 ret, __u8 direction) {
+  __u32 cpu = bpf_get_smp_processor_id();
+  void* rb = bpf_map_lookup_elem(&ringbufs, &cpu);
+  if (!rb) {
+    count(FC_COUNTER_DROPS);
+    return;
+  }
+  __u64 flags = wakeup_flags(FC_DATA_EVENT_SHORT);
+  struct fc_data_event_short* r = bpf_ringbuf_reserve(rb, sizeof(*r), 0);
+  if (!r) {
+    count(FC_COUNTER_DROPS);
+    return;
+  }
+  /* Only the fields before `segs` are written (fill_data_hdr does not touch segs). */
+  fill_data_hdr((struct fc_data_event*)r, st, pid_tgid, task, src, pos, ret, direction);
+  bpf_ringbuf_submit(r, flags);
+  count(FC_COUNTER_EVENTS);
+}
+
 /* One-range calls (read/write/sendto/recvfrom) copy straight into ring buffer memory: one copy
  * instead of two. The record has a fixed size class (reservations are constant-sized), so up to
  * a class's size minus the capture is unused tail; `captured` says what is valid. */
@@ -429,7 +523,7 @@ static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u
       struct fc_data_event hdr;                                                            \
       __u8 data[N];                                                                        \
     } * r;                                                                                 \
-    __u64 flags = wakeup_flags(rb, sizeof(*r));                                            \
+    __u64 flags = wakeup_flags(sizeof(*r));                                                \
     r = bpf_ringbuf_reserve(rb, sizeof(*r), 0);                                            \
     if (!r) {                                                                              \
       count(FC_COUNTER_DROPS);                                                             \
@@ -438,7 +532,7 @@ static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u
     __u64 n = want;                                                                        \
     /* Clamp in asm so the compiler cannot drop the bound the verifier needs. */           \
     asm volatile("if %[n] <= %[max] goto +1; %[n] = %[max]" : [n] "+r"(n) : [max] "i"(N)); \
-    __builtin_memcpy(&r->hdr, &ev->hdr, sizeof(r->hdr));                                   \
+    fill_data_hdr(&r->hdr, st, pid_tgid, task, src, pos, ret, direction);                  \
     if (bpf_probe_read_user(r->data, n, (const void*)buf) == 0) {                          \
       r->hdr.captured = n;                                                                 \
       r->hdr.nsegs = 1;                                                                    \
@@ -452,7 +546,9 @@ static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u
     count(FC_COUNTER_EVENTS);                                                              \
   } while (0)
 
-static __always_inline void emit_direct(struct event_buf* ev, __u32 want, __u64 buf) {
+static __always_inline void emit_direct(const struct conn_state* st, __u64 pid_tgid,
+                                        struct task_struct* task, __u8 src, __u64 pos, __u32 ret,
+                                        __u8 direction, __u32 want, __u64 buf) {
   __u32 cpu = bpf_get_smp_processor_id();
   void* rb = bpf_map_lookup_elem(&ringbufs, &cpu);
   if (!rb) {
@@ -469,11 +565,15 @@ static __always_inline void emit_direct(struct event_buf* ev, __u32 want, __u64 
 
 /* One data event for a target's socket call. a0..a3 are the syscall's arguments (fd, buffer,
  * count/iovcnt, flags) when `src` names a syscall, else ignored. */
-static __always_inline void emit_data(struct conn_state* st, const struct fc_target* t,
-                                      __u64 pid_tgid, __u64 conn_key, __u8 src, __u64 buf,
-                                      __u64 cnt, __u32 ret, __u8 direction) {
+static __always_inline void emit_data(struct conn_state* st, __u64 pid_tgid, __u64 conn_key,
+                                      __u8 src, __u64 buf, __u64 cnt, __u32 ret, __u8 direction,
+                                      struct task_struct* task) {
+  if (st->policy_epoch != policy_epoch + 1) { /* the target's default policy is needed */
+    struct fc_target* t = target_of(pid_tgid >> 32);
+    if (!t) return; /* being removed */
+    resolve_policy(st, t);
+  }
   __u64 pos = __sync_fetch_and_add(&st->pos[direction & 1], (__u64)ret);
-  resolve_policy(st, t);
   __u32 call_cap = st->policy.bytes_per_call;
   __u32 iov_cap = st->policy.bytes_per_iovec;
   if (st->policy.bulk_from) { /* inside a bulk run: a message body, copy only a prefix */
@@ -500,58 +600,31 @@ static __always_inline void emit_data(struct conn_state* st, const struct fc_tar
     }
   }
 
-  struct event_buf* ev = scratch_buf();
-  if (!ev) return;
-  fill_common(&ev->hdr.c, FC_EVENT_DATA, pid_tgid);
-  ev->hdr.c.conn_id = st->conn_id;
-  ev->hdr.c.generation = st->generation;
-  ev->hdr.c.fd = st->fd;
-  ev->hdr.c.role = st->policy.role;
-  ev->hdr.c.flags = 0;
-  ev->hdr.c.reserved = 0;
-  ev->hdr.stream_pos = pos;
-  ev->hdr.tls_obj = 0;
-  ev->hdr.length = ret;
-  ev->hdr.captured = 0;
-  ev->hdr.direction = direction;
-  ev->hdr.source = src;
-  ev->hdr.nsegs = 0;
-  ev->hdr.tls_lib = 0;
-  ev->hdr.reserved = 0;
-
-  if (!st->tls && st->policy.role != FC_ROLE_IGNORE && call_cap > 0 &&
-      (src == FC_SRC_READ || src == FC_SRC_WRITE || src == FC_SRC_SENDTO ||
-       src == FC_SRC_RECVFROM)) {
-    emit_direct(ev, min_u32(ret, call_cap), buf);
+  const int one_range =
+      src == FC_SRC_READ || src == FC_SRC_WRITE || src == FC_SRC_SENDTO || src == FC_SRC_RECVFROM;
+  const int vectored =
+      src == FC_SRC_READV || src == FC_SRC_WRITEV || src == FC_SRC_SENDMSG || src == FC_SRC_RECVMSG;
+  if (st->tls || st->policy.role == FC_ROLE_IGNORE || call_cap == 0 || !(one_range || vectored)) {
+    emit_length_only(st, pid_tgid, task, src, pos, ret, direction);
     return;
   }
-  if (st->tls) {
-    ev->hdr.c.flags |= FC_FLAG_TLS_CIPHERTEXT;
-  } else if (st->policy.role != FC_ROLE_IGNORE && call_cap > 0) {
-    switch (src) {
-      case FC_SRC_READ:
-      case FC_SRC_WRITE:
-      case FC_SRC_SENDTO:
-      case FC_SRC_RECVFROM:
-        add_segment(ev, 0, min_u32(ret, call_cap), buf);
-        break;
-      case FC_SRC_READV:
-      case FC_SRC_WRITEV:
-        copy_iovecs(ev, buf, cnt, ret, call_cap, iov_cap);
-        break;
-      case FC_SRC_SENDMSG:
-      case FC_SRC_RECVMSG: {
-        struct fc_user_msghdr msg;
-        if (bpf_probe_read_user(&msg, sizeof(msg), (const void*)buf) == 0) {
-          copy_iovecs(ev, msg.msg_iov, msg.msg_iovlen, ret, call_cap, iov_cap);
-        } else {
-          count(FC_COUNTER_COPY_FAULTS);
-          ev->hdr.c.flags |= FC_FLAG_COPY_FAULT;
-        }
-        break;
-      }
-      default:
-        break; /* sendfile, splice, mmsg, io_uring: length only */
+  if (one_range) {
+    emit_direct(st, pid_tgid, task, src, pos, ret, direction, min_u32(ret, call_cap), buf);
+    return;
+  }
+
+  struct event_buf* ev = scratch_buf();
+  if (!ev) return;
+  fill_data_hdr(&ev->hdr, st, pid_tgid, task, src, pos, ret, direction);
+  if (src == FC_SRC_READV || src == FC_SRC_WRITEV) {
+    copy_iovecs(ev, buf, cnt, ret, call_cap, iov_cap);
+  } else { /* sendmsg, recvmsg */
+    struct fc_user_msghdr msg;
+    if (bpf_probe_read_user(&msg, sizeof(msg), (const void*)buf) == 0) {
+      copy_iovecs(ev, msg.msg_iov, msg.msg_iovlen, ret, call_cap, iov_cap);
+    } else {
+      count(FC_COUNTER_COPY_FAULTS);
+      ev->hdr.c.flags |= FC_FLAG_COPY_FAULT;
     }
   }
   __u64 size = sizeof(struct fc_data_event) + (ev->hdr.captured & FC_CAPTURE_MASK);
@@ -565,8 +638,7 @@ static __always_inline void emit_data(struct conn_state* st, const struct fc_tar
 static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 direction) {
   if (ret <= 0) return 0;
   __u64 pid_tgid = bpf_get_current_pid_tgid();
-  struct fc_target* t = target_of(pid_tgid >> 32);
-  if (!t) return 0;
+  if (!is_target(pid_tgid >> 32)) return 0;
   if (direction == FC_DIR_RECV && (flags & MSG_PEEK)) return 0; /* not consumed */
 
   /* Trusted BTF pointers: plain (CO-RE relocated) loads, no probe-read helper calls. */
@@ -598,7 +670,7 @@ static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 
     st->fd = fd;
     st->generation = next_generation(pid_tgid >> 32, fd, cookie);
   }
-  emit_data(st, t, pid_tgid, key, src, arg_buf, arg_cnt, (__u32)ret, direction);
+  emit_data(st, pid_tgid, key, src, arg_buf, arg_cnt, (__u32)ret, direction, task);
   return 0;
 }
 
@@ -707,8 +779,7 @@ static __always_inline __u32 mmsg_total(__u64 vec, long n) {
 
 static __always_inline int sc_exit(struct fc_syscall_exit* ctx) {
   __u64 pid_tgid = bpf_get_current_pid_tgid();
-  struct fc_target* t = target_of(pid_tgid >> 32);
-  if (!t) return 0;
+  if (!is_target(pid_tgid >> 32)) return 0;
   __u32 tid = (__u32)pid_tgid;
   struct sc_args* ap = bpf_map_lookup_elem(&sc_inflight, &tid);
   if (!ap) return 0;
@@ -764,7 +835,7 @@ static __always_inline int sc_exit(struct fc_syscall_exit* ctx) {
   __u32 len = (__u32)ret;
   if (src == FC_SRC_RECVMMSG || src == FC_SRC_SENDMMSG) len = mmsg_total(a.args[1], ret);
   if (len == 0) return 0;
-  emit_data(st, t, pid_tgid, key, src, a.args[1], a.args[2], len, direction);
+  emit_data(st, pid_tgid, key, src, a.args[1], a.args[2], len, direction, 0);
   return 0;
 }
 

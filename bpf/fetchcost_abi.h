@@ -8,7 +8,10 @@
  *        concatenation of segs[0..nsegs). Segment i covers call bytes
  *        [segs[i].offset, segs[i].offset + segs[i].length), i.e. stream bytes
  *        [stream_pos + offset, ...). Every other byte of [stream_pos, stream_pos + length) is a
- *        hole (not captured) — exact, never guessed.
+ *        hole (not captured) — exact, never guessed. A DATA record that carries no payload
+ *        (captured = 0, nsegs = 0: sendfile, ciphertext, zero caps) may end before `segs`
+ *        (FC_DATA_EVENT_SHORT bytes): userspace reads the missing segments as zeros. Most of a
+ *        broker's send events are such; 96 instead of 160 bytes of ring each.
  *   FC_EVENT_CONNECT / FC_EVENT_CLOSE  struct fc_conn_event (no payload).
  * Both start with struct fc_event_common; dispatch on common.kind. */
 #ifndef FETCHCOST_ABI_H
@@ -34,6 +37,8 @@ typedef __s32 fc_s32;
 #define FC_COMM_LEN 16
 /* Upper bound for the per-CPU ring buffer array; userspace sizes it to the possible CPUs. */
 #define FC_MAX_CPUS 1024
+/* Process ids stay below this (PID_MAX_LIMIT on 64-bit): the size of the target bitmap. */
+#define FC_MAX_TGID (1U << 22)
 /* Largest payload one event carries; also the mask that bounds copies for the verifier. */
 #define FC_MAX_CAPTURE 16384
 #define FC_CAPTURE_MASK (FC_MAX_CAPTURE - 1)
@@ -140,6 +145,9 @@ struct fc_data_event {
   struct fc_segment segs[FC_MAX_SEGMENTS];
 };
 FC_STATIC_ASSERT(sizeof(struct fc_data_event) == 152, "fc_data_event layout changed");
+#define FC_DATA_EVENT_SHORT 88 /* offsetof(struct fc_data_event, segs) */
+FC_STATIC_ASSERT(__builtin_offsetof(struct fc_data_event, segs) == FC_DATA_EVENT_SHORT,
+                 "fc_data_event layout changed");
 
 struct fc_conn_event {
   struct fc_event_common c;

@@ -109,12 +109,23 @@ struct Capture::Impl {
   std::map<pid_t, Target> targets;
   std::uint64_t delivered = 0;
   std::uint64_t suppressed = 0;
+  fc_data_event short_event{};  // a short record widened (on_sample)
 
   ~Impl() {
     targets.clear();  // uprobe links first
     if (rings) ring_buffer__free(rings);
     for (int fd : ring_fds) close(fd);
     if (skel) fetchcost_capture__destroy(skel);
+  }
+
+  // The programs' first test (is_target): one bit per tgid in their .bss.
+  void set_target_bit(__u32 tgid, bool on) {
+    __u64* word = &skel->bss->target_bits[tgid / 64];
+    const __u64 bit = 1ULL << (tgid % 64);
+    if (on)
+      __atomic_fetch_or(word, bit, __ATOMIC_SEQ_CST);
+    else
+      __atomic_fetch_and(word, ~bit, __ATOMIC_SEQ_CST);
   }
 
   void bump_policy_epoch() { __atomic_add_fetch(&skel->bss->policy_epoch, 1, __ATOMIC_SEQ_CST); }
@@ -125,8 +136,19 @@ struct Capture::Impl {
     const auto* common = static_cast<const fc_event_common*>(data);
     EventView view{*common};
     if (common->kind == FC_EVENT_DATA || common->kind == FC_EVENT_TLS_DATA) {
-      if (size < sizeof(fc_data_event)) return 0;
       const auto* d = static_cast<const fc_data_event*>(data);
+      if (size < sizeof(fc_data_event)) {
+        // A record without payload ends before its segments (FC_DATA_EVENT_SHORT): hand on a
+        // full header with no segments, so consumers never see the difference.
+        if (size < FC_DATA_EVENT_SHORT) return 0;
+        std::memcpy(&self->short_event, data, FC_DATA_EVENT_SHORT);
+        std::memset(self->short_event.segs, 0, sizeof(self->short_event.segs));
+        self->short_event.captured = 0;
+        self->short_event.nsegs = 0;
+        d = &self->short_event;
+        data = &self->short_event;
+        size = sizeof(fc_data_event);
+      }
       if (!self->options.deliver_tls_ciphertext && (d->c.flags & FC_FLAG_TLS_CIPHERTEXT)) {
         ++self->suppressed;
         return 0;
@@ -308,12 +330,16 @@ Result<TargetStatus> Capture::add_target(pid_t tgid) {
 }
 
 Result<TargetStatus> Capture::add_target(pid_t tgid, const Policy& policy) {
+  if (tgid <= 0 || static_cast<std::uint32_t>(tgid) >= FC_MAX_TGID)
+    return make_error("cannot watch process " + std::to_string(tgid) +
+                      ": process ids must be below " + std::to_string(FC_MAX_TGID));
   fc_target target{};
   target.default_policy = to_abi(policy);
   __u32 key = static_cast<__u32>(tgid);
   if (bpf_map__update_elem(impl_->skel->maps.targets, &key, sizeof(key), &target, sizeof(target),
                            BPF_ANY) != 0)
     return make_error("cannot watch process " + std::to_string(tgid) + ": " + errno_text(errno));
+  impl_->set_target_bit(key, true);  // after the map entry: the programs look it up
   impl_->bump_policy_epoch();
 
   auto existing = impl_->targets.find(tgid);
@@ -336,6 +362,7 @@ Result<TargetStatus> Capture::add_target(pid_t tgid, const Policy& policy) {
 
 void Capture::remove_target(pid_t tgid) {
   __u32 key = static_cast<__u32>(tgid);
+  if (key < FC_MAX_TGID) impl_->set_target_bit(key, false);
   bpf_map__delete_elem(impl_->skel->maps.targets, &key, sizeof(key), 0);
   auto it = impl_->targets.find(tgid);
   if (it == impl_->targets.end()) return;
