@@ -99,9 +99,12 @@ class Daemon {
       close(err[1]);
       const std::string pid = std::to_string(target), cap = std::to_string(capture_bytes),
                         ring = std::to_string(ring_kib);
-      execl(FETCHCOSTD, FETCHCOSTD, "--pid", pid.c_str(), "--listen", "127.0.0.1:0",
-            "--capture-variant", variant.c_str(), "--capture-bytes", cap.c_str(), "--iovec-bytes",
-            cap.c_str(), "--ring-kib", ring.c_str(), "--no-tls", static_cast<char*>(nullptr));
+      // FC_BENCH_FETCHCOSTD: another build's binary (a saved copy), to compare versions.
+      const char* bin =
+          std::getenv("FC_BENCH_FETCHCOSTD") ? std::getenv("FC_BENCH_FETCHCOSTD") : FETCHCOSTD;
+      execl(bin, bin, "--pid", pid.c_str(), "--listen", "127.0.0.1:0", "--capture-variant",
+            variant.c_str(), "--capture-bytes", cap.c_str(), "--iovec-bytes", cap.c_str(),
+            "--ring-kib", ring.c_str(), "--no-tls", static_cast<char*>(nullptr));
       _exit(127);
     }
     close(err[1]);
@@ -331,7 +334,8 @@ Spread spread(std::vector<double> v) {
 
 void print_throughput(int rounds, double seconds, std::uint32_t cap_bytes,
                       double non_target_send_ns) {
-  std::vector<double> wall_ratio, cpu_ratio, bare_wall, captured_wall, send_shares, recv_shares;
+  std::vector<double> wall_ratio, cpu_ratio, bare_wall, captured_wall, send_shares, recv_shares,
+      send_ns;
   for (int round = 0; round < rounds; ++round) {
     double wall[2] = {0, 0}, eff[2] = {0, 0};
     // Alternate which goes first, so a trend in the neighbours' load favours neither.
@@ -378,8 +382,9 @@ void print_throughput(int rounds, double seconds, std::uint32_t cap_bytes,
         const auto stats1 = fdinfo_stats(daemon->pid());
         // Writes of 64 KiB on a blocking socket: one call, one event each.
         const Delta d = delta(stats0, stats1, "sock_send_lengt");
-        const double send_share =
-            target_cost(d, bytes / 65536, non_target_send_ns) * (bytes / 65536) / 1e9 / writer_cpu;
+        const double event_ns = target_cost(d, bytes / 65536, non_target_send_ns);
+        send_ns.push_back(event_ns);
+        const double send_share = event_ns * (bytes / 65536) / 1e9 / writer_cpu;
         const Delta r = delta(stats0, stats1, "sock_recv_lengt");
         const double recv_share =
             (r.runs ? r.ns / static_cast<double>(r.runs) : 0) * (bytes / 65536) / 1e9 / reader_cpu;
@@ -411,6 +416,11 @@ void print_throughput(int rounds, double seconds, std::uint32_t cap_bytes,
       "range %.2f-%.2f%%; of the reader's (not a target): median %.2f%%, range "
       "%.2f-%.2f%%\n",
       100 * ss.median, 100 * ss.min, 100 * ss.max, 100 * rs.median, 100 * rs.min, 100 * rs.max);
+  const Spread sn = spread(send_ns);
+  std::printf(
+      "  send program per 64 KiB write (target): median %.0f ns, quartiles %.0f-%.0f, range "
+      "%.0f-%.0f\n",
+      sn.median, sn.q1, sn.q3, sn.min, sn.max);
   std::printf("  median wall: bare %.1f MiB/s, attached %.1f MiB/s\n",
               spread(bare_wall).median / (1 << 20), spread(captured_wall).median / (1 << 20));
   std::printf(
