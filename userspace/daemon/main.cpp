@@ -1,6 +1,5 @@
 // fetchcostd: watches Kafka broker processes with eBPF and serves per-client remote-fetch cost.
 #include <arpa/inet.h>
-#include <malloc.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -83,10 +82,6 @@ void print_capture_status(const fc::capture::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Two malloc arenas, not 8 per core: rendering /metrics on the HTTP server's pool threads
-  // allocates megabytes per scrape, and with an arena per thread the freed memory stayed with
-  // each arena — RSS grew by hundreds of MiB under a churning soak (tests/e2e/reliability).
-  mallopt(M_ARENA_MAX, 2);
   CLI::App app{"fetchcostd — attributes Kafka tiered-storage reads to the clients that cause them"};
   std::vector<int> pids;
   std::string match = "kafka.Kafka";

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <limits>
@@ -16,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "daemon/budget.h"
@@ -199,6 +202,94 @@ struct Service::Impl {
   std::shared_ptr<ActionCounters> actions = std::make_shared<ActionCounters>();
   std::uint64_t config_errors = 0;
   std::uint64_t drops_before = 0;  // ring drops of captures since closed (attribution off/on)
+  // How long the capture drain waited for `mutex` (HTTP handlers hold it only to copy state).
+  std::uint64_t drain_wait_ns = 0;
+  std::uint64_t drain_wait_max_ns = 0;
+  std::uint64_t tick_max_ns = 0;  // the longest tick (ordering records, the pipeline)
+
+  // The ledger is saved on its own thread: writing and fsyncing a ledger of many client-ids
+  // took ~0.5 s under load, and the capture drain would wait for it (ring drops).
+  std::thread saver;
+  std::mutex saver_mutex;
+  std::condition_variable saver_wake;
+  bool save_requested = false;
+  bool saver_stopping = false;
+  std::atomic<std::uint64_t> save_last_ns{0};
+  std::atomic<std::uint64_t> save_max_ns{0};
+  std::atomic<std::uint64_t> save_errors{0};
+  bool save_failing = false;  // saver thread (or shutdown, after it stopped) only
+
+  void start_saver() {
+    saver = std::thread([this] {
+      std::unique_lock lock(saver_mutex);
+      while (true) {
+        saver_wake.wait(lock, [this] { return save_requested || saver_stopping; });
+        if (saver_stopping) return;
+        save_requested = false;
+        lock.unlock();
+        save_ledger();
+        lock.lock();
+      }
+    });
+  }
+
+  void request_save() {
+    {
+      std::lock_guard lock(saver_mutex);
+      save_requested = true;
+    }
+    saver_wake.notify_one();
+  }
+
+  void stop_saver() {
+    {
+      std::lock_guard lock(saver_mutex);
+      saver_stopping = true;
+    }
+    saver_wake.notify_one();
+    if (saver.joinable()) saver.join();
+  }
+
+  void save_ledger() {
+    const auto start = std::chrono::steady_clock::now();
+    if (auto r = ledger->save(); !r) {
+      // Counted; logged when saving starts failing. The next save retries (the buckets stay in
+      // memory).
+      if (!save_failing) std::fprintf(stderr, "fetchcostd: ledger: %s\n", r.error().message.c_str());
+      save_failing = true;
+      ++save_errors;
+    } else {
+      save_failing = false;
+    }
+    const auto took = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+            .count());
+    save_last_ns = took;
+    if (took > save_max_ns) save_max_ns = took;
+  }
+
+  // Sensor snapshots are reused across scrapes: after the first ones a scrape allocates no
+  // per-sensor memory at all (a copy of every sensor is a few MB at the default bound).
+  std::mutex snapshot_mutex;
+  std::vector<std::unique_ptr<sensors::Snapshot>> spare_snapshots;
+
+  std::shared_ptr<const sensors::Snapshot> take_snapshot() {
+    std::unique_ptr<sensors::Snapshot> snap;
+    {
+      std::lock_guard lock(snapshot_mutex);
+      if (!spare_snapshots.empty()) {
+        snap = std::move(spare_snapshots.back());
+        spare_snapshots.pop_back();
+      }
+    }
+    if (!snap) snap = std::make_unique<sensors::Snapshot>();
+    sensors.snapshot(*snap);  // the sensors' own lock, for one copy pass
+    return std::shared_ptr<const sensors::Snapshot>(snap.release(), [this](const sensors::Snapshot* p) {
+      std::unique_ptr<sensors::Snapshot> back(const_cast<sensors::Snapshot*>(p));
+      std::lock_guard lock(snapshot_mutex);
+      if (spare_snapshots.size() < 2) spare_snapshots.push_back(std::move(back));
+    });
+  }
 
   explicit Impl(const Config& c)
       : config(c),
@@ -303,6 +394,7 @@ struct Service::Impl {
     m.attribution_enabled = enabled;
     m.events = events.load(std::memory_order_relaxed);
     m.config_errors = config_errors;
+    m.drain_wait_seconds = static_cast<double>(drain_wait_ns) / 1e9;
     for (const auto& cpu : capture_status.per_cpu) m.ring_drops_per_cpu.push_back(cpu.drops);
     m.attribution_incomplete = incomplete();
     m.probes_attached = capture_status.programs.size();
@@ -356,48 +448,71 @@ struct Service::Impl {
     held.erase(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n));
   }
 
-  // Per-bucket (not cumulative) counts, one per bound in latency_buckets_seconds plus +Inf.
-  nlohmann::json latency_buckets(const sensors::Counters& c) {
-    const std::size_t n = sensors.config().latency_buckets_seconds.size() + 1;
-    return std::vector<std::uint64_t>(c.latency_buckets.begin(), c.latency_buckets.begin() + n);
-  }
-
-  nlohmann::json clients_json() {
-    nlohmann::json rows = nlohmann::json::array();
-    std::map<std::string, std::string> groups;
-    sensors.for_each_group([&](std::string_view c, std::string_view g) {
-      groups[std::string(c)] = std::string(g);
-    });
-    sensors.for_each([&](const sensors::SensorView& s) {
+  // /api/v1/clients from a snapshot, one sensor row at a time (outside every lock).
+  static void stream_clients_json(const sensors::Snapshot& snap, const std::string& head,
+                                  const exporter::TextSink& sink) {
+    std::unordered_map<std::string_view, std::string_view> groups;
+    groups.reserve(snap.groups.size());
+    for (const auto& g : snap.groups) groups.emplace(snap.group_client(g), snap.group_id(g));
+    const std::size_t n_buckets = snap.latency_buckets_seconds.size() + 1;
+    exporter::ChunkWriter w(sink);
+    w.text(head).text(",\"sensors\":[");
+    bool first = true;
+    for (const auto& row : snap.rows) {
+      if (!w.ok()) return;
+      const sensors::SensorView s = snap.view(row);
       const auto& c = s.counters;
-      rows.push_back({{"client_id", s.client_id},
-                      {"peer_ip", s.peer_ip},
-                      {"group_id", groups.count(std::string(s.client_id)) ? groups[std::string(s.client_id)] : ""},
-                      {"topic", s.topic},
-                      {"partition", s.partition},
-                      {"method", sensors::method_name(s.method)},
-                      {"bytes", c.remote_bytes},
-                      {"requests", c.requests},
-                      {"errors", c.errors},
-                      {"object_bytes", c.object_bytes_read},
-                      {"delivered_bytes", c.bytes_delivered},
-                      {"read_amplification", c.read_amplification()},
-                      {"latency_count", c.latency_count},
-                      {"latency_sum_seconds", c.latency_sum_seconds},
-                      {"latency_buckets", latency_buckets(c)},
-                      {"cost_api", c.cost_api},
-                      {"cost_egress", c.cost_egress},
-                      {"folded", s.folded}});
-    });
-    return rows;
+      const auto group = groups.find(s.client_id);
+      const nlohmann::json doc{
+          {"client_id", s.client_id},
+          {"peer_ip", s.peer_ip},
+          {"group_id", group == groups.end() ? std::string_view() : group->second},
+          {"topic", s.topic},
+          {"partition", s.partition},
+          {"method", sensors::method_name(s.method)},
+          {"bytes", c.remote_bytes},
+          {"requests", c.requests},
+          {"errors", c.errors},
+          {"object_bytes", c.object_bytes_read},
+          {"delivered_bytes", c.bytes_delivered},
+          {"read_amplification", c.read_amplification()},
+          {"latency_count", c.latency_count},
+          {"latency_sum_seconds", c.latency_sum_seconds},
+          {"latency_buckets", std::vector<std::uint64_t>(c.latency_buckets.begin(),
+                                                         c.latency_buckets.begin() + n_buckets)},
+          {"cost_api", c.cost_api},
+          {"cost_egress", c.cost_egress},
+          {"folded", s.folded}};
+      if (!first) w.text(",");
+      first = false;
+      w.text(doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      w.maybe_flush();
+    }
+    w.text("]}");
+    w.flush();
   }
 
   void routes() {
+    // The service lock only while copying what the page shows (the capture drain needs it);
+    // the page is rendered and sent from the copies, in pieces, after the handler returned.
     http.get("/metrics", [this](const std::string&) {
-      std::lock_guard lock(mutex);
-      return exporter::HttpResponse{200, "text/plain; version=0.0.4",
-                                    exporter::render_prometheus(sensors, self_metrics(), {currency}) +
-                                        budget_metrics()};
+      exporter::SelfMetrics self;
+      std::string budgets_text;
+      exporter::MetricsOptions options;
+      {
+        std::lock_guard lock(mutex);
+        self = self_metrics();
+        budgets_text = budget_metrics();
+        options.currency = currency;
+      }
+      auto snap = take_snapshot();
+      exporter::HttpResponse r{200, "text/plain; version=0.0.4", {}, {}};
+      r.stream = [snap, self = std::move(self), budgets_text = std::move(budgets_text),
+                  options = std::move(options)](const exporter::TextSink& sink) {
+        exporter::render_prometheus(*snap, self, options, sink);
+        sink(budgets_text);
+      };
+      return r;
     });
     http.get("/healthz", [](const std::string&) {
       return exporter::HttpResponse{200, "text/plain", "ok\n"};
@@ -409,12 +524,21 @@ struct Service::Impl {
                                     ready ? "ready\n" : "no broker process watched yet\n"};
     });
     http.get("/api/v1/clients", [this](const std::string&) {
-      std::lock_guard lock(mutex);
-      nlohmann::json doc{{"currency", currency},
-                         {"latency_buckets_seconds", sensors.config().latency_buckets_seconds},
-                         {"budgets", budgets_json()},
-                         {"sensors", clients_json()}};
-      return exporter::HttpResponse{200, "application/json", doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+      std::string head;
+      {
+        std::lock_guard lock(mutex);
+        nlohmann::json doc{{"currency", currency},
+                           {"latency_buckets_seconds", sensors.config().latency_buckets_seconds},
+                           {"budgets", budgets_json()}};
+        head = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      }
+      head.pop_back();  // the closing brace: the sensors follow
+      auto snap = take_snapshot();
+      exporter::HttpResponse r{200, "application/json", {}, {}};
+      r.stream = [snap, head = std::move(head)](const exporter::TextSink& sink) {
+        stream_clients_json(*snap, head, sink);
+      };
+      return r;
     });
     http.get("/api/v1/status", [this](const std::string&) {
       std::lock_guard lock(mutex);
@@ -454,6 +578,12 @@ struct Service::Impl {
       doc["drops"] = capture_status.totals.drops;
       doc["tls_events"] = capture_status.totals.tls_events;
       doc["handled_events"] = events.load(std::memory_order_relaxed);
+      doc["drain"] = {{"wait_seconds_total", static_cast<double>(drain_wait_ns) / 1e9},
+                      {"wait_max_seconds", static_cast<double>(drain_wait_max_ns) / 1e9},
+                      {"tick_max_seconds", static_cast<double>(tick_max_ns) / 1e9}};
+      doc["ledger_save"] = {{"last_seconds", static_cast<double>(save_last_ns.load()) / 1e9},
+                            {"max_seconds", static_cast<double>(save_max_ns.load()) / 1e9},
+                            {"errors", save_errors.load()}};
       doc["parse_errors"] = m.parse_errors;
       const auto st = sensors.stats();
       doc["sensors"] = {{"live", st.live_sensors}, {"other", st.other_sensors},
@@ -561,11 +691,15 @@ Result<std::unique_ptr<Service>> Service::create(const Config& config) {
   auto port = impl->http.start(config.listen);
   if (!port) return port.error();
   impl->port = *port;
+  impl->start_saver();
   return std::unique_ptr<Service>(new Service(std::move(impl)));
 }
 
 Service::Service(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Service::~Service() { impl_->http.stop(); }
+Service::~Service() {
+  impl_->http.stop();
+  impl_->stop_saver();
+}
 
 void Service::on_event(const capture::EventView& event) {
   // No lock: the held records belong to the capture thread (see Impl::held).
@@ -587,7 +721,13 @@ void Service::on_event(const capture::EventView& event) {
 }
 
 void Service::tick(std::uint64_t now_ns) {
+  const auto wait_start = std::chrono::steady_clock::now();
   std::lock_guard lock(impl_->mutex);
+  const auto locked = std::chrono::steady_clock::now();
+  const auto waited = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(locked - wait_start).count());
+  impl_->drain_wait_ns += waited;
+  impl_->drain_wait_max_ns = std::max(impl_->drain_wait_max_ns, waited);
   impl_->release(now_ns > kReorderWindowNs ? now_ns - kReorderWindowNs : 0);
   impl_->pipe->tick(now_ns);
   if (now_ns - impl_->last_budget_ns >= kBudgetIntervalNs) {
@@ -595,9 +735,13 @@ void Service::tick(std::uint64_t now_ns) {
     impl_->last_budget_ns = now_ns;
   }
   if (now_ns - impl_->last_save_ns >= kLedgerSaveIntervalNs) {
-    (void)impl_->ledger->save();
+    impl_->request_save();
     impl_->last_save_ns = now_ns;
   }
+  const auto took = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                   std::chrono::steady_clock::now() - locked)
+                                                   .count());
+  impl_->tick_max_ns = std::max(impl_->tick_max_ns, took);
 }
 
 void Service::set_capture_status(const capture::Status& status) {
@@ -635,7 +779,8 @@ void Service::shutdown() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   impl_->pipe->finish(static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec));
-  (void)impl_->ledger->save();
+  impl_->stop_saver();
+  impl_->save_ledger();
 }
 
 }  // namespace fc::daemon

@@ -34,6 +34,7 @@ struct SelfMetrics {
   std::uint64_t probes_attached = 0;
   std::uint64_t targets = 0;
   std::uint64_t config_errors = 0;
+  double drain_wait_seconds = 0;  // the capture drain waiting for the service lock, in total
   bool attribution_enabled = true;
   // Capture events were lost (ring buffer drops), so some reads may be missing from the figures.
   bool attribution_incomplete = false;
@@ -44,6 +45,34 @@ struct MetricsOptions {
   std::string currency = "USD";
 };
 
+// Where rendered text goes, piece by piece; returns false to stop (the client went away).
+using TextSink = std::function<bool(std::string_view piece)>;
+
+// Buffers text and hands it to a sink in pieces of about `piece` bytes, so a page of any size
+// needs only one piece of memory. After the sink refused a piece, the rest is dropped (ok()).
+class ChunkWriter {
+ public:
+  explicit ChunkWriter(const TextSink& sink, std::size_t piece = 64 * 1024);
+  ChunkWriter& text(std::string_view s);
+  ChunkWriter& number(std::uint64_t v);
+  ChunkWriter& number(std::int64_t v);
+  ChunkWriter& number(double v);  // shortest exact form; NaN, +Inf, -Inf as Prometheus spells them
+  ChunkWriter& label_value(std::string_view v);  // escaped for the Prometheus text format
+  void maybe_flush();  // hands the buffer over when a piece is full
+  void flush();
+  bool ok() const { return ok_; }
+
+ private:
+  const TextSink& sink_;
+  std::size_t piece_;
+  std::string buffer_;
+  bool ok_ = true;
+};
+
+// The page from a snapshot (take it under whatever lock guards the sensors, render without it).
+void render_prometheus(const sensors::Snapshot& snapshot, const SelfMetrics& self,
+                       const MetricsOptions& options, const TextSink& sink);
+// The same as one string (tests, small tables).
 std::string render_prometheus(const sensors::SensorTable& sensors, const SelfMetrics& self,
                               const MetricsOptions& options);
 
@@ -70,7 +99,8 @@ class Ledger {
   // must decide: fetchcostd never overwrites counted money silently).
   static Result<std::unique_ptr<Ledger>> open(const std::string& state_dir);
   void add(std::int64_t unix_seconds, const LedgerKey& key_without_hour, const LedgerValue& value);
-  // Writes ledger.json.tmp, fsyncs, renames over ledger.json.
+  // Writes ledger.json.tmp, fsyncs, renames over ledger.json. Holds the buckets' lock (which
+  // add() needs) only while the text is built; the write and fsync happen without it.
   Result<void> save() const;
   // Buckets with hour in [from_unix, to_unix), in key order.
   std::vector<std::pair<LedgerKey, LedgerValue>> query(std::int64_t from_unix,
@@ -80,7 +110,8 @@ class Ledger {
  private:
   explicit Ledger(std::string dir) : dir_(std::move(dir)) {}
   std::string dir_;
-  mutable std::mutex mutex_;
+  mutable std::mutex save_mutex_;  // one save at a time
+  mutable std::mutex mutex_;       // the buckets
   std::map<LedgerKey, LedgerValue> buckets_;
 };
 
@@ -148,6 +179,9 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  // When set, the body is produced by this instead (chunked transfer encoding), on the server's
+  // thread after the handler returned — outside any lock the handler took.
+  std::function<void(const TextSink& sink)> stream;
 };
 using HttpHandler = std::function<HttpResponse(const std::string& body)>;
 // A GET handler that reads the query string (?client=x&limit=10), already URL-decoded.

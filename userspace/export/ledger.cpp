@@ -2,6 +2,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,13 +27,22 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& state_dir) {
   try {
     const auto doc = nlohmann::json::parse(in);
     for (const auto& row : doc.at("buckets")) {
-      LedgerKey key{row.at("hour").get<std::int64_t>(), row.at("client_id").get<std::string>(),
-                    row.at("group_id").get<std::string>(), row.at("topic").get<std::string>(),
-                    row.at("method").get<std::string>()};
+      // Sanitized like add() does: a ledger written before keys were sanitized may hold invalid
+      // UTF-8 (rows that now share a key are added up).
+      LedgerKey key{row.at("hour").get<std::int64_t>(),
+                    sensors::sanitize_label(row.at("client_id").get<std::string>()),
+                    sensors::sanitize_label(row.at("group_id").get<std::string>()),
+                    sensors::sanitize_label(row.at("topic").get<std::string>()),
+                    sensors::sanitize_label(row.at("method").get<std::string>())};
       LedgerValue value{row.at("bytes").get<std::uint64_t>(), row.at("requests").get<std::uint64_t>(),
                         row.at("errors").get<std::uint64_t>(), row.at("cost_api").get<double>(),
                         row.at("cost_egress").get<double>()};
-      ledger->buckets_[key] = value;
+      LedgerValue& v = ledger->buckets_[key];
+      v.bytes += value.bytes;
+      v.requests += value.requests;
+      v.errors += value.errors;
+      v.cost_api += value.cost_api;
+      v.cost_egress += value.cost_egress;
     }
   } catch (const std::exception& e) {
     return make_error("the chargeback ledger " + path + " cannot be read (" + e.what() +
@@ -57,26 +68,71 @@ void Ledger::add(std::int64_t unix_seconds, const LedgerKey& key, const LedgerVa
   v.cost_egress += value.cost_egress;
 }
 
+namespace {
+
+// JSON text of a key field. Keys are sanitized (valid UTF-8, no control characters) when added
+// and when loaded, so escaping quotes and backslashes is enough; control characters are escaped
+// anyway so the file stays valid JSON whatever a key holds.
+void append_string(std::string& out, std::string_view v) {
+  out.push_back('"');
+  for (char ch : v) {
+    if (ch == '"' || ch == '\\') {
+      out.push_back('\\');
+      out.push_back(ch);
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(ch));
+      out += esc;
+    } else {
+      out.push_back(ch);
+    }
+  }
+  out.push_back('"');
+}
+
+template <typename Number>
+void append_number(std::string& out, Number v) {
+  char digits[32];
+  auto r = std::to_chars(digits, digits + sizeof digits, v);  // doubles: shortest exact form
+  out.append(digits, r.ptr);
+}
+
+}  // namespace
+
 Result<void> Ledger::save() const {
-  // Written row by row: a JSON tree of every bucket cost ~1.5 KiB per row, tens of MiB every
-  // save once a churning population of client-ids had read remotely (the reliability soak).
-  // Replace mode: a ledger written before keys were sanitized may still hold invalid UTF-8.
-  const auto str = [](const std::string& v) {
-    return nlohmann::json(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  };
-  const auto num = [](double v) { return nlohmann::json(v).dump(); };
+  // One save at a time (fetchcostd's saver thread and the final save at exit share the .tmp).
+  std::lock_guard saving(save_mutex_);
+  // The text is built under the lock that add() takes — directly, without a JSON tree (~1.5 KiB
+  // per row) or a temporary per field, since the capture drain waits meanwhile (~0.3 µs a row);
+  // the write and fsync happen after it is released.
   std::string text = "{\"buckets\":[";
   {
     std::lock_guard lock(mutex_);
+    text.reserve(buckets_.size() * 200 + 64);
     bool first = true;
     for (const auto& [k, v] : buckets_) {
-      if (!first) text += ',';
+      text += first ? "{\"bytes\":" : ",{\"bytes\":";
       first = false;
-      text += "{\"bytes\":" + std::to_string(v.bytes) + ",\"client_id\":" + str(k.client_id) +
-              ",\"cost_api\":" + num(v.cost_api) + ",\"cost_egress\":" + num(v.cost_egress) +
-              ",\"errors\":" + std::to_string(v.errors) + ",\"group_id\":" + str(k.group_id) +
-              ",\"hour\":" + std::to_string(k.hour) + ",\"method\":" + str(k.method) +
-              ",\"requests\":" + std::to_string(v.requests) + ",\"topic\":" + str(k.topic) + "}";
+      append_number(text, v.bytes);
+      text += ",\"client_id\":";
+      append_string(text, k.client_id);
+      text += ",\"cost_api\":";
+      append_number(text, v.cost_api);
+      text += ",\"cost_egress\":";
+      append_number(text, v.cost_egress);
+      text += ",\"errors\":";
+      append_number(text, v.errors);
+      text += ",\"group_id\":";
+      append_string(text, k.group_id);
+      text += ",\"hour\":";
+      append_number(text, k.hour);
+      text += ",\"method\":";
+      append_string(text, k.method);
+      text += ",\"requests\":";
+      append_number(text, v.requests);
+      text += ",\"topic\":";
+      append_string(text, k.topic);
+      text += "}";
     }
   }
   text += "],\"version\":1}";

@@ -1,178 +1,247 @@
-// Prometheus text format through prometheus-cpp's MetricFamily and TextSerializer (which escape
-// label values); the sensor table is walked once per scrape.
-#include <prometheus/metric_family.h>
-#include <prometheus/text_serializer.h>
-
-#include <map>
-#include <sstream>
+// Prometheus text exposition format (version 0.0.4), streamed from a sensor snapshot.
+//
+// Written directly rather than through prometheus-cpp's TextSerializer: that one needs every
+// series built as a MetricFamily first (a vector of label strings per series and family, ~60
+// allocations per sensor), so a scrape of 10,000 sensors allocated tens of megabytes and held
+// the sensors' lock while building them. Here the page goes out in 64 KiB pieces from a snapshot:
+// the memory a scrape needs does not grow with the number of sensors beyond the snapshot itself.
+// The format's escaping rules are small (label values: \ " and newline; HELP: \ and newline);
+// promtool and Prometheus check the output in the unit and e2e tests.
+#include <charconv>
+#include <cmath>
+#include <limits>
 
 #include "export/export.h"
 
 namespace fc::exporter {
+
+ChunkWriter::ChunkWriter(const TextSink& sink, std::size_t piece) : sink_(sink), piece_(piece) {
+  buffer_.reserve(piece + 4096);
+}
+
+void ChunkWriter::flush() {
+  if (ok_ && !buffer_.empty()) ok_ = sink_(buffer_);
+  buffer_.clear();
+}
+
+void ChunkWriter::maybe_flush() {
+  if (buffer_.size() >= piece_) flush();
+}
+
+ChunkWriter& ChunkWriter::text(std::string_view s) {
+  buffer_.append(s);
+  return *this;
+}
+
+ChunkWriter& ChunkWriter::number(std::uint64_t v) {
+  char digits[24];
+  auto r = std::to_chars(digits, digits + sizeof digits, v);
+  buffer_.append(digits, r.ptr);
+  return *this;
+}
+
+ChunkWriter& ChunkWriter::number(std::int64_t v) {
+  char digits[24];
+  auto r = std::to_chars(digits, digits + sizeof digits, v);
+  buffer_.append(digits, r.ptr);
+  return *this;
+}
+
+ChunkWriter& ChunkWriter::number(double v) {
+  if (std::isnan(v)) return text("NaN");
+  if (std::isinf(v)) return text(v > 0 ? "+Inf" : "-Inf");
+  char digits[32];
+  auto r = std::to_chars(digits, digits + sizeof digits, v);  // shortest exact round trip
+  buffer_.append(digits, r.ptr);
+  return *this;
+}
+
+ChunkWriter& ChunkWriter::label_value(std::string_view v) {
+  for (char ch : v) {
+    if (ch == '\\') buffer_ += "\\\\";
+    else if (ch == '"') buffer_ += "\\\"";
+    else if (ch == '\n') buffer_ += "\\n";
+    else buffer_.push_back(ch);
+  }
+  return *this;
+}
+
 namespace {
 
-using prometheus::ClientMetric;
-using prometheus::MetricFamily;
-using prometheus::MetricType;
+enum class Type { kCounter, kGauge, kHistogram };
 
-MetricFamily family(std::string name, std::string help, MetricType type) {
-  MetricFamily f;
-  f.name = std::move(name);
-  f.help = std::move(help);
-  f.type = type;
-  return f;
+void header(ChunkWriter& w, std::string_view name, std::string_view help, Type type) {
+  // The HELP texts are constants without backslashes or newlines: nothing to escape.
+  w.text("# HELP ").text(name).text(" ").text(help).text("\n# TYPE ").text(name);
+  w.text(type == Type::kCounter ? " counter\n" : type == Type::kGauge ? " gauge\n" : " histogram\n");
 }
 
-ClientMetric counter(std::vector<ClientMetric::Label> labels, double value) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  m.counter.value = value;
-  return m;
+// `{client_id="…",peer_ip="…",topic="…",partition="…",method="…"` without the closing brace, so
+// callers can append labels (le, component).
+void sensor_labels(ChunkWriter& w, const sensors::SensorView& s) {
+  w.text("{client_id=\"").label_value(s.client_id).text("\"");
+  // peer_ip on every client series whose address is known: joins with kube_pod_info{pod_ip}.
+  if (!s.peer_ip.empty()) w.text(",peer_ip=\"").label_value(s.peer_ip).text("\"");
+  w.text(",topic=\"").label_value(s.topic).text("\"");
+  if (s.partition != sensors::kNoPartition)
+    w.text(",partition=\"").number(std::int64_t{s.partition}).text("\"");
+  w.text(",method=\"").text(sensors::method_name(s.method)).text("\"");
 }
 
-ClientMetric gauge(std::vector<ClientMetric::Label> labels, double value) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  m.gauge.value = value;
-  return m;
+// One family with a sample per sensor; `sample` writes the value (after the labels).
+template <typename Sample>
+void per_sensor(ChunkWriter& w, const sensors::Snapshot& snap, std::string_view name,
+                std::string_view help, Type type, Sample&& sample) {
+  header(w, name, help, type);
+  for (const auto& row : snap.rows) {
+    if (!w.ok()) return;
+    const sensors::SensorView s = snap.view(row);
+    sample(s);
+    w.maybe_flush();
+  }
+}
+
+template <typename Value>
+void single(ChunkWriter& w, std::string_view name, std::string_view help, Type type, Value v) {
+  header(w, name, help, type);
+  w.text(name).text(" ").number(v).text("\n");
 }
 
 }  // namespace
 
+void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
+                       const MetricsOptions& options, const TextSink& sink) {
+  ChunkWriter w(sink);
+  auto counter_family = [&](std::string_view name, std::string_view help, auto field) {
+    per_sensor(w, snap, name, help, Type::kCounter, [&](const sensors::SensorView& s) {
+      w.text(name);
+      sensor_labels(w, s);
+      w.text("} ").number(field(s.counters)).text("\n");
+    });
+  };
+  counter_family("kafka_server_remote_fetch_bytes_total",
+                 "Bytes the broker read from remote storage for this client's fetches",
+                 [](const sensors::Counters& c) { return c.remote_bytes; });
+  counter_family("kafka_server_remote_fetch_requests_total",
+                 "Remote storage GET requests caused by this client's fetches",
+                 [](const sensors::Counters& c) { return c.requests; });
+  counter_family("fetchcost_remote_fetch_errors_total",
+                 "Failed remote storage GETs caused by this client's fetches",
+                 [](const sensors::Counters& c) { return c.errors; });
+
+  const auto& bounds = snap.latency_buckets_seconds;
+  constexpr std::string_view kLatency = "kafka_server_remote_fetch_latency_seconds";
+  per_sensor(w, snap, kLatency, "Remote read time of a fetch (first GET start to last GET end)",
+             Type::kHistogram, [&](const sensors::SensorView& s) {
+               const auto& c = s.counters;
+               w.text(kLatency).text("_count");
+               sensor_labels(w, s);
+               w.text("} ").number(c.latency_count).text("\n");
+               w.text(kLatency).text("_sum");
+               sensor_labels(w, s);
+               w.text("} ").number(c.latency_sum_seconds).text("\n");
+               std::uint64_t cumulative = 0;
+               for (std::size_t i = 0; i <= bounds.size(); ++i) {
+                 cumulative += c.latency_buckets[i];
+                 w.text(kLatency).text("_bucket");
+                 sensor_labels(w, s);
+                 w.text(",le=\"");
+                 if (i < bounds.size()) w.number(bounds[i]);
+                 else w.text("+Inf");
+                 w.text("\"} ").number(cumulative).text("\n");
+               }
+             });
+
+  constexpr std::string_view kCost = "fetchcost_remote_fetch_cost_total";
+  per_sensor(w, snap, kCost,
+             "Money the remote reads of this client cost under the price table in force",
+             Type::kCounter, [&](const sensors::SensorView& s) {
+               for (auto [component, value] : {std::pair<std::string_view, double>{"api", s.counters.cost_api},
+                                               {"egress", s.counters.cost_egress}}) {
+                 w.text(kCost);
+                 sensor_labels(w, s);
+                 w.text(",component=\"").text(component).text("\",currency=\"");
+                 w.label_value(options.currency).text("\"} ").number(value).text("\n");
+               }
+             });
+  counter_family("fetchcost_remote_fetch_object_bytes_total",
+                 "Object bytes read for fetches that were answered",
+                 [](const sensors::Counters& c) { return c.object_bytes_read; });
+  counter_family("fetchcost_remote_fetch_delivered_bytes_total",
+                 "Bytes of remote data the broker delivered to the client",
+                 [](const sensors::Counters& c) { return c.bytes_delivered; });
+  constexpr std::string_view kAmplification = "fetchcost_read_amplification";
+  per_sensor(w, snap, kAmplification, "Object bytes read / bytes delivered to the client",
+             Type::kGauge, [&](const sensors::SensorView& s) {
+               w.text(kAmplification);
+               sensor_labels(w, s);
+               w.text("} ").number(s.counters.read_amplification()).text("\n");
+             });
+
+  header(w, "fetchcost_client_group_info", "Consumer group of a client id (value 1)", Type::kGauge);
+  for (const auto& g : snap.groups) {
+    w.text("fetchcost_client_group_info{client_id=\"").label_value(snap.group_client(g));
+    w.text("\",group_id=\"").label_value(snap.group_id(g)).text("\"} 1\n");
+    w.maybe_flush();
+  }
+
+  const auto& stats = snap.stats;
+  header(w, "fetchcost_sensors", "Sensors held (live, or __other__ folds)", Type::kGauge);
+  w.text("fetchcost_sensors{state=\"live\"} ").number(std::uint64_t{stats.live_sensors}).text("\n");
+  w.text("fetchcost_sensors{state=\"other\"} ").number(std::uint64_t{stats.other_sensors}).text("\n");
+  header(w, "fetchcost_sensor_evictions_total", "Sensors folded into __other__ (reason=lru|idle)",
+         Type::kCounter);
+  w.text("fetchcost_sensor_evictions_total{reason=\"lru\"} ").number(stats.evictions).text("\n");
+  w.text("fetchcost_sensor_evictions_total{reason=\"idle\"} ").number(stats.expirations).text("\n");
+  single(w, "fetchcost_sensor_memory_bytes", "Approximate memory of the sensors", Type::kGauge,
+         std::uint64_t{stats.approx_memory_bytes});
+  single(w, "fetchcost_events_total", "Capture events handled", Type::kCounter, self.events);
+  header(w, "fetchcost_ring_drops_total", "Capture events lost because a CPU's ring buffer was full",
+         Type::kCounter);
+  for (std::size_t cpu = 0; cpu < self.ring_drops_per_cpu.size(); ++cpu)
+    w.text("fetchcost_ring_drops_total{cpu=\"").number(std::uint64_t{cpu}).text("\"} ")
+        .number(self.ring_drops_per_cpu[cpu]).text("\n");
+  single(w, "fetchcost_drain_wait_seconds_total",
+         "Time the capture drain waited for the service lock (held by a scrape, an API request "
+         "or a reload): long waits cause ring drops",
+         Type::kCounter, self.drain_wait_seconds);
+  header(w, "fetchcost_parse_errors_total", "Malformed input skipped, by decoder", Type::kCounter);
+  for (const auto& [decoder, n] : self.parse_errors)
+    w.text("fetchcost_parse_errors_total{decoder=\"").label_value(decoder).text("\"} ").number(n).text("\n");
+  header(w, "fetchcost_object_reads_total", "Object reads seen, by attribution outcome",
+         Type::kCounter);
+  w.text("fetchcost_object_reads_total{outcome=\"exact\"} ").number(self.reads_exact).text("\n");
+  w.text("fetchcost_object_reads_total{outcome=\"estimated\"} ").number(self.reads_estimated).text("\n");
+  w.text("fetchcost_object_reads_total{outcome=\"unattributed\"} ").number(self.reads_unattributed).text("\n");
+  single(w, "fetchcost_probes_attached", "BPF programs and uprobes attached", Type::kGauge,
+         self.probes_attached);
+  single(w, "fetchcost_targets", "Broker processes watched", Type::kGauge, self.targets);
+  single(w, "fetchcost_attribution_enabled", "1 when attribution is on", Type::kGauge,
+         std::uint64_t{self.attribution_enabled ? 1u : 0u});
+  single(w, "fetchcost_config_errors_total", "Config reloads refused (the running config was kept)",
+         Type::kCounter, self.config_errors);
+  single(w, "fetchcost_sanitized_labels_total",
+         "Client ids and topics changed to be label values (invalid UTF-8, control characters, "
+         "over 255 bytes)",
+         Type::kCounter, stats.sanitized_labels);
+  single(w, "fetchcost_attribution_incomplete",
+         "1 when capture events were lost (ring buffer drops): figures since then may miss reads",
+         Type::kGauge, std::uint64_t{self.attribution_incomplete ? 1u : 0u});
+  header(w, "fetchcost_build_info", "fetchcostd version", Type::kGauge);
+  w.text("fetchcost_build_info{version=\"").label_value(self.version).text("\"} 1\n");
+  w.flush();
+}
+
 std::string render_prometheus(const sensors::SensorTable& sensors, const SelfMetrics& self,
                               const MetricsOptions& options) {
-  auto bytes = family("kafka_server_remote_fetch_bytes_total",
-                      "Bytes the broker read from remote storage for this client's fetches",
-                      MetricType::Counter);
-  auto requests = family("kafka_server_remote_fetch_requests_total",
-                         "Remote storage GET requests caused by this client's fetches",
-                         MetricType::Counter);
-  auto errors = family("fetchcost_remote_fetch_errors_total",
-                       "Failed remote storage GETs caused by this client's fetches",
-                       MetricType::Counter);
-  auto latency = family("kafka_server_remote_fetch_latency_seconds",
-                        "Remote read time of a fetch (first GET start to last GET end)",
-                        MetricType::Histogram);
-  auto cost = family("fetchcost_remote_fetch_cost_total",
-                     "Money the remote reads of this client cost under the price table in force",
-                     MetricType::Counter);
-  auto object_bytes = family("fetchcost_remote_fetch_object_bytes_total",
-                             "Object bytes read for fetches that were answered",
-                             MetricType::Counter);
-  auto delivered = family("fetchcost_remote_fetch_delivered_bytes_total",
-                          "Bytes of remote data the broker delivered to the client",
-                          MetricType::Counter);
-  auto amplification = family("fetchcost_read_amplification",
-                              "Object bytes read / bytes delivered to the client",
-                              MetricType::Gauge);
-  const auto& bounds = sensors.config().latency_buckets_seconds;
-
-  sensors.for_each([&](const sensors::SensorView& s) {
-    // peer_ip on every client series whose address is known: joins with kube_pod_info{pod_ip}.
-    std::vector<ClientMetric::Label> labels{{"client_id", std::string(s.client_id)}};
-    if (!s.peer_ip.empty()) labels.push_back({"peer_ip", std::string(s.peer_ip)});
-    labels.push_back({"topic", std::string(s.topic)});
-    if (s.partition != sensors::kNoPartition)
-      labels.push_back({"partition", std::to_string(s.partition)});
-    labels.push_back({"method", std::string(sensors::method_name(s.method))});
-    const auto& c = s.counters;
-    bytes.metric.push_back(counter(labels, static_cast<double>(c.remote_bytes)));
-    requests.metric.push_back(counter(labels, static_cast<double>(c.requests)));
-    errors.metric.push_back(counter(labels, static_cast<double>(c.errors)));
-    object_bytes.metric.push_back(counter(labels, static_cast<double>(c.object_bytes_read)));
-    delivered.metric.push_back(counter(labels, static_cast<double>(c.bytes_delivered)));
-    amplification.metric.push_back(gauge(labels, c.read_amplification()));
-
-    ClientMetric h;
-    h.label = labels;
-    h.histogram.sample_count = c.latency_count;
-    h.histogram.sample_sum = c.latency_sum_seconds;
-    std::uint64_t cumulative = 0;
-    for (std::size_t i = 0; i < bounds.size(); ++i) {
-      cumulative += c.latency_buckets[i];
-      h.histogram.bucket.push_back({cumulative, bounds[i]});
-    }
-    cumulative += c.latency_buckets[bounds.size()];
-    h.histogram.bucket.push_back({cumulative, std::numeric_limits<double>::infinity()});
-    latency.metric.push_back(std::move(h));
-
-    for (auto [component, value] : {std::pair{"api", c.cost_api}, std::pair{"egress", c.cost_egress}}) {
-      auto with = labels;
-      with.push_back({"component", component});
-      with.push_back({"currency", options.currency});
-      cost.metric.push_back(counter(std::move(with), value));
-    }
+  sensors::Snapshot snap;
+  sensors.snapshot(snap);
+  std::string out;
+  render_prometheus(snap, self, options, [&](std::string_view piece) {
+    out.append(piece);
+    return true;
   });
-
-  auto groups = family("fetchcost_client_group_info", "Consumer group of a client id (value 1)",
-                       MetricType::Gauge);
-  sensors.for_each_group([&](std::string_view client, std::string_view group) {
-    groups.metric.push_back(gauge({{"client_id", std::string(client)}, {"group_id", std::string(group)}}, 1));
-  });
-
-  const auto stats = sensors.stats();
-  auto sensor_count = family("fetchcost_sensors", "Sensors held (live, or __other__ folds)",
-                             MetricType::Gauge);
-  sensor_count.metric.push_back(gauge({{"state", "live"}}, static_cast<double>(stats.live_sensors)));
-  sensor_count.metric.push_back(gauge({{"state", "other"}}, static_cast<double>(stats.other_sensors)));
-  auto evictions = family("fetchcost_sensor_evictions_total",
-                          "Sensors folded into __other__ (reason=lru|idle)", MetricType::Counter);
-  evictions.metric.push_back(counter({{"reason", "lru"}}, static_cast<double>(stats.evictions)));
-  evictions.metric.push_back(counter({{"reason", "idle"}}, static_cast<double>(stats.expirations)));
-  auto sensor_memory = family("fetchcost_sensor_memory_bytes", "Approximate memory of the sensors",
-                              MetricType::Gauge);
-  sensor_memory.metric.push_back(gauge({}, static_cast<double>(stats.approx_memory_bytes)));
-
-  auto events = family("fetchcost_events_total", "Capture events handled", MetricType::Counter);
-  events.metric.push_back(counter({}, static_cast<double>(self.events)));
-  auto drops = family("fetchcost_ring_drops_total",
-                      "Capture events lost because a CPU's ring buffer was full",
-                      MetricType::Counter);
-  for (std::size_t cpu = 0; cpu < self.ring_drops_per_cpu.size(); ++cpu)
-    drops.metric.push_back(counter({{"cpu", std::to_string(cpu)}},
-                                   static_cast<double>(self.ring_drops_per_cpu[cpu])));
-  auto parse = family("fetchcost_parse_errors_total", "Malformed input skipped, by decoder",
-                      MetricType::Counter);
-  for (const auto& [decoder, n] : self.parse_errors)
-    parse.metric.push_back(counter({{"decoder", decoder}}, static_cast<double>(n)));
-  auto reads = family("fetchcost_object_reads_total",
-                      "Object reads seen, by attribution outcome", MetricType::Counter);
-  reads.metric.push_back(counter({{"outcome", "exact"}}, static_cast<double>(self.reads_exact)));
-  reads.metric.push_back(counter({{"outcome", "estimated"}}, static_cast<double>(self.reads_estimated)));
-  reads.metric.push_back(counter({{"outcome", "unattributed"}}, static_cast<double>(self.reads_unattributed)));
-  auto probes = family("fetchcost_probes_attached", "BPF programs and uprobes attached",
-                       MetricType::Gauge);
-  probes.metric.push_back(gauge({}, static_cast<double>(self.probes_attached)));
-  auto targets = family("fetchcost_targets", "Broker processes watched", MetricType::Gauge);
-  targets.metric.push_back(gauge({}, static_cast<double>(self.targets)));
-  auto enabled = family("fetchcost_attribution_enabled", "1 when attribution is on",
-                        MetricType::Gauge);
-  enabled.metric.push_back(gauge({}, self.attribution_enabled ? 1 : 0));
-  auto config_errors = family("fetchcost_config_errors_total",
-                              "Config reloads refused (the running config was kept)",
-                              MetricType::Counter);
-  config_errors.metric.push_back(counter({}, static_cast<double>(self.config_errors)));
-  auto sanitized = family("fetchcost_sanitized_labels_total",
-                          "Client ids and topics changed to be label values (invalid UTF-8, "
-                          "control characters, over 255 bytes)",
-                          MetricType::Counter);
-  sanitized.metric.push_back(counter({}, static_cast<double>(stats.sanitized_labels)));
-  auto incomplete = family("fetchcost_attribution_incomplete",
-                           "1 when capture events were lost (ring buffer drops): figures since "
-                           "then may miss reads",
-                           MetricType::Gauge);
-  incomplete.metric.push_back(gauge({}, self.attribution_incomplete ? 1 : 0));
-  auto info = family("fetchcost_build_info", "fetchcostd version", MetricType::Gauge);
-  info.metric.push_back(gauge({{"version", self.version}}, 1));
-
-  std::vector<MetricFamily> all{bytes,  requests,  errors,        latency,   cost,
-                                object_bytes, delivered, amplification, groups, sensor_count,
-                                evictions, sensor_memory, events, drops,  parse,
-                                reads,  probes,    targets,       enabled,   config_errors,
-                                sanitized, incomplete, info};
-  std::ostringstream out;
-  prometheus::TextSerializer().Serialize(out, all);
-  return out.str();
+  return out;
 }
 
 }  // namespace fc::exporter

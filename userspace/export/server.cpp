@@ -15,11 +15,23 @@ HttpServer::HttpServer() : impl_(std::make_unique<Impl>()) {}
 HttpServer::~HttpServer() { stop(); }
 
 namespace {
+void respond(HttpResponse r, httplib::Response& res) {
+  res.status = r.status;
+  if (!r.stream) {
+    res.set_content(r.body, r.content_type);
+    return;
+  }
+  res.set_chunked_content_provider(
+      r.content_type, [stream = std::move(r.stream)](std::size_t, httplib::DataSink& sink) {
+        stream([&](std::string_view piece) { return sink.write(piece.data(), piece.size()); });
+        sink.done();
+        return true;
+      });
+}
+
 httplib::Server::Handler wrap(HttpHandler handler) {
   return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
-    HttpResponse r = handler(req.body);
-    res.status = r.status;
-    res.set_content(r.body, r.content_type);
+    respond(handler(req.body), res);
   };
 }
 }  // namespace
@@ -32,9 +44,7 @@ void HttpServer::get_with_query(const std::string& path, HttpQueryHandler handle
                                                          httplib::Response& res) {
     std::map<std::string, std::string> query;
     for (const auto& [key, value] : req.params) query.emplace(key, value);
-    HttpResponse r = handler(query);
-    res.status = r.status;
-    res.set_content(r.body, r.content_type);
+    respond(handler(query), res);
   });
 }
 void HttpServer::post(const std::string& path, HttpHandler handler) {

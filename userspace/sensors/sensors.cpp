@@ -317,6 +317,62 @@ void SensorTable::for_each_group(
   for (const auto& [client, group] : impl_->groups) visit(client, group);
 }
 
+SensorView Snapshot::view(const Row& r) const {
+  const std::string_view all(labels);
+  return SensorView{all.substr(r.labels_at, r.client_length),
+                    all.substr(r.labels_at + r.client_length, r.peer_length),
+                    all.substr(r.labels_at + r.client_length + r.peer_length, r.topic_length),
+                    r.partition,
+                    r.method,
+                    r.counters,
+                    r.last_update_ns,
+                    r.folded};
+}
+
+void SensorTable::snapshot(Snapshot& into) const {
+  into.labels.clear();
+  into.rows.clear();
+  into.groups.clear();
+  into.latency_buckets_seconds = impl_->config.latency_buckets_seconds;
+  into.stats = stats();  // its own short lock; the counts may differ from the rows by a record
+  const Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  into.rows.reserve(m.index.size() + m.other[0].size() + m.other[1].size());
+  auto add = [&](std::string_view client, std::string_view peer, std::string_view topic,
+                 std::int32_t partition, Method method, bool folded, std::uint64_t last_update_ns,
+                 const Counters& counters) {
+    Snapshot::Row& r = into.rows.emplace_back();
+    r.labels_at = into.labels.size();
+    // Labels are sanitized and capped at kMaxLabelBytes, addresses at 45 bytes: they fit.
+    r.client_length = static_cast<std::uint16_t>(client.size());
+    r.peer_length = static_cast<std::uint16_t>(peer.size());
+    r.topic_length = static_cast<std::uint16_t>(topic.size());
+    into.labels.append(client).append(peer).append(topic);
+    r.partition = partition;
+    r.method = method;
+    r.folded = folded;
+    r.last_update_ns = last_update_ns;
+    r.counters = counters;
+  };
+  for (std::uint32_t i = m.lru_head; i != kNone; i = m.slots[i].lru_next) {
+    const Slot& s = m.slots[i];
+    add(s.client_id(), s.peer_ip(), s.topic(), s.partition, s.method, false, s.last_update_ns,
+        s.counters);
+  }
+  for (std::size_t method = 0; method < m.other.size(); ++method)
+    for (const auto& [topic, sensor] : m.other[method])
+      add(kOtherClient, {}, topic, kNoPartition, static_cast<Method>(method), true,
+          sensor.last_update_ns, sensor.counters);
+  into.groups.reserve(m.groups.size());
+  for (const auto& [client, group] : m.groups) {
+    Snapshot::Group& g = into.groups.emplace_back();
+    g.labels_at = into.labels.size();
+    g.client_length = static_cast<std::uint16_t>(client.size());
+    g.group_length = static_cast<std::uint16_t>(group.size());
+    into.labels.append(client).append(group);
+  }
+}
+
 Counters SensorTable::totals() const {
   Counters sum;
   for_each([&](const SensorView& view) { sum.add(view.counters); });

@@ -116,6 +116,44 @@ struct Stats {
   std::size_t approx_memory_bytes = 0;
 };
 
+// A copy of every sensor (live ones most recently updated first, then the "__other__" folds)
+// and of the consumer groups, taken in one short pass under the table's lock so /metrics and the
+// JSON API render without holding the lock the capture drain needs. Labels are packed into one
+// string: taking a snapshot allocates nothing per sensor (and nothing once its buffers have grown
+// when a snapshot is reused).
+struct Snapshot {
+  struct Row {
+    std::size_t labels_at = 0;  // client_id, peer_ip, topic, one after the other in `labels`
+    std::uint16_t client_length = 0;
+    std::uint16_t peer_length = 0;
+    std::uint16_t topic_length = 0;
+    std::int32_t partition = kNoPartition;
+    Method method = Method::kExact;
+    bool folded = false;
+    std::uint64_t last_update_ns = 0;
+    Counters counters;
+  };
+  struct Group {
+    std::size_t labels_at = 0;  // client_id, group_id in `labels`
+    std::uint16_t client_length = 0;
+    std::uint16_t group_length = 0;
+  };
+  std::string labels;
+  std::vector<Row> rows;
+  std::vector<Group> groups;
+  Stats stats;
+  std::vector<double> latency_buckets_seconds;
+
+  // Views into this snapshot: valid while it lives and is not refilled.
+  SensorView view(const Row& row) const;
+  std::string_view group_client(const Group& g) const {
+    return std::string_view(labels).substr(g.labels_at, g.client_length);
+  }
+  std::string_view group_id(const Group& g) const {
+    return std::string_view(labels).substr(g.labels_at + g.client_length, g.group_length);
+  }
+};
+
 class SensorTable {
  public:
   explicit SensorTable(Config config = {});
@@ -133,6 +171,8 @@ class SensorTable {
   void for_each(const std::function<void(const SensorView&)>& visit) const;
   void for_each_group(const std::function<void(std::string_view client_id,
                                                std::string_view group_id)>& visit) const;
+  // Refills `into` (keeping its capacity) with a copy of every sensor and group.
+  void snapshot(Snapshot& into) const;
   // Sum over every sensor, live and folded: what the object store saw.
   Counters totals() const;
   Stats stats() const;

@@ -13,11 +13,16 @@ the number of client-ids, so sensors are evicted into __other__ all the time.
 
   soak_e2e.py --fetchcostd BIN --broker BIN --load BIN [--seconds 40] [--client-ids 100000]
   (CI runs 30 s; the 30-minute run is the `bench` test e2e_reliability_soak_30min)
+
+  Scrape pressure (by hand): --scrape-per-second 20 --max-sensors 10000 scrapes /metrics from a
+  second thread and prints the scrape times, the capture drain's waits for the service lock and
+  the ring drops; --malloc-arena-max N runs fetchcostd with MALLOC_ARENA_MAX=N.
 """
 import argparse
 import os
 import subprocess
 import tempfile
+import threading
 import time
 
 from common import (Fetchcostd, check, finish, free_port, ledger_by_client, metric_values,
@@ -44,10 +49,18 @@ def main():
     ap.add_argument("--max-rss-mib", type=float, default=256)
     ap.add_argument("--rate", type=float, default=1500,
                     help="local fetches per second (fetchcostd must keep up: no ring drops)")
-    ap.add_argument("--remote-rate", type=float, default=300,
-                    help="remote fetches per second (a GET each; s3rver answers a few hundred)")
+    ap.add_argument("--remote-rate", type=float, default=0,
+                    help="remote fetches per second, a GET each (0: as fast as s3rver answers, "
+                         "a few hundred per second)")
     ap.add_argument("--local-connections", type=int, default=8)
     ap.add_argument("--remote-connections", type=int, default=8)
+    ap.add_argument("--scrape-per-second", type=float, default=0,
+                    help="also scrape /metrics this often from a second thread (0: off)")
+    ap.add_argument("--scrapers", type=int, default=1,
+                    help="threads sharing --scrape-per-second (a large page takes a while to read)")
+    ap.add_argument("--ring-kib", type=int, default=0,
+                    help="ring buffer KiB per CPU (0: fetchcostd's default, 4 MiB)")
+    ap.add_argument("--malloc-arena-max", type=int, default=0)
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     require_root()
@@ -62,16 +75,19 @@ def main():
     try:
         world.start()
         info = world.info
+        if args.malloc_arena_max:
+            os.environ["MALLOC_ARENA_MAX"] = str(args.malloc_arena_max)
         fc = Fetchcostd(args.fetchcostd, workdir, "fetchcostd", {
             "targets": {"pids": [info["broker"]["pid"]]},
             "kafka_ports": [kafka_port],
             "object_store": {"ports": [info["s3"]["port"]]},
             "log_dirs": [info["broker"]["log_dirs"]],
             "sensors": {"max_sensors": args.max_sensors},
-            # Room for bursts while a scrape renders thousands of sensors (the drain waits for
-            # it): this test is about memory and folding; ring overflow has its own test.
-            "capture": {"ring_kib_per_cpu": 16384},
+            # The default ring: a scrape renders from a snapshot without holding the lock the
+            # capture drain needs, so the load needs no pacing and no extra ring to be exact.
+            **({"capture": {"ring_kib_per_cpu": args.ring_kib}} if args.ring_kib else {}),
         }).start()
+        os.environ.pop("MALLOC_ARENA_MAX", None)
         check(wait_until(lambda: fc.status()["targets"], 20), "broker watched")
         log_start, local_start = remote_offset(world, "scan", 0)
         common = [args.load, "--port", str(kafka_port), "--seconds", str(args.seconds),
@@ -89,6 +105,25 @@ def main():
                           str(args.remote_connections), "--client-id", "remote", "--rate",
                           str(args.remote_rate)],
                 stdout=subprocess.PIPE, text=True))
+        scrapes = []  # (seconds, bytes) of each extra scrape
+        stop_scraping = threading.Event()
+
+        def scraper():
+            period = args.scrapers / args.scrape_per_second
+            while not stop_scraping.is_set():
+                t = time.time()
+                try:
+                    n_bytes = len(fc.metrics())
+                    scrapes.append((time.time() - t, n_bytes))
+                except Exception as e:  # counted, not fatal: the checks below decide
+                    print("scrape failed:", e)
+                stop_scraping.wait(max(0, period - (time.time() - t)))
+        scrape_threads = []
+        if args.scrape_per_second > 0:
+            scrape_threads = [threading.Thread(target=scraper, daemon=True)
+                              for _ in range(args.scrapers)]
+            for t in scrape_threads:
+                t.start()
         samples = []
         live_max = 0
         t0 = time.time()
@@ -101,6 +136,15 @@ def main():
                 live_max = max(live_max, check_scrape.get('{state="live"}', 0))
             n += 1
             time.sleep(1)
+        stop_scraping.set()
+        for t in scrape_threads:
+            t.join()
+        if scrapes:
+            times = sorted(t for t, _ in scrapes)
+            print(f"scrapes: {len(times)} ({len(times) / args.seconds:.1f}/s), page "
+                  f"{max(b for _, b in scrapes) / 1e6:.2f} MB, time median "
+                  f"{times[len(times) // 2] * 1000:.1f} ms, p99 "
+                  f"{times[int(len(times) * 0.99)] * 1000:.1f} ms, max {times[-1] * 1000:.1f} ms")
         for p in loads:
             print("load:", p.stdout.read().strip())
             check(p.returncode == 0, "load generator ran to the end")
@@ -136,7 +180,9 @@ def main():
         st_all = fc.status()
         print(f"drops {st_all['drops']} of {st_all['events']} events; complete: "
               f"{st_all.get('attribution_complete')}; parse errors {st_all['parse_errors']}; "
-              f"reads {st_all['reads']}")
+              f"reads {st_all['reads']}; drain {st_all.get('drain')}")
+        print(f"rss MiB: start {samples[0][1] / 1024:.1f}, end {samples[-1][1] / 1024:.1f}, "
+              f"peak {peak:.1f}; load average {os.getloadavg()}")
         others = sum(1 for s in fc.clients() if s == "__other__")
         st = fc.status()["sensors"]
         print(f"sensors: {st}")

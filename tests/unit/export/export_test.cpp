@@ -147,3 +147,58 @@ TEST_CASE("client series carry the peer's address as peer_ip, one series per cli
   CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"scanner\",peer_ip=\"10.77.1.12\",topic=\"orders\",method=\"exact\"} 50") != std::string::npos);
   CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"peer:10.77.1.13\",peer_ip=\"10.77.1.13\",topic=\"orders\",method=\"estimated\"} 70") != std::string::npos);
 }
+
+TEST_CASE("the metrics page streams in pieces: the same text, bounded pieces, stops when refused") {
+  sensors::SensorTable table(sensors::Config{.max_sensors = 3000});
+  for (int i = 0; i < 3000; ++i) {
+    const std::string client = "client-" + std::to_string(i) + (i % 7 == 0 ? "\"q\\" : "");
+    sensors::Observation o;
+    o.client_id = client;
+    o.peer_ip = i % 2 ? "10.1.2.3" : "";
+    o.topic = "orders";
+    o.remote_bytes = 1000 + i;
+    o.requests = 1;
+    o.latency_seconds = 0.001 * (i % 100);
+    o.cost_api = 4e-7;
+    o.now_ns = 1 + i;
+    table.record(o);
+    if (i % 10 == 0) table.set_group(client, "group-" + std::to_string(i));
+  }
+  exporter::SelfMetrics self;
+  self.version = "test";
+  self.ring_drops_per_cpu = {1, 2};
+  const std::string whole = exporter::render_prometheus(table, self, {.currency = "EUR"});
+
+  sensors::Snapshot snap;
+  table.snapshot(snap);
+  std::string joined;
+  std::size_t pieces = 0, largest = 0;
+  exporter::render_prometheus(snap, self, {.currency = "EUR"}, [&](std::string_view piece) {
+    joined.append(piece);
+    ++pieces;
+    largest = std::max(largest, piece.size());
+    return true;
+  });
+  CHECK(joined == whole);
+  CHECK(pieces > 10);                      // megabytes of text …
+  CHECK(largest < 64 * 1024 + 64 * 1024);  // … handed over in ~64 KiB pieces
+
+  // Every sensor's series is there once per family.
+  std::size_t bytes_series = 0;
+  for (std::size_t at = 0; (at = whole.find("\nkafka_server_remote_fetch_bytes_total{", at)) != std::string::npos; ++at)
+    ++bytes_series;
+  CHECK(bytes_series == 3000);
+  CHECK(whole.find("kafka_server_remote_fetch_bytes_total{client_id=\"client-7\\\"q\\\\\",peer_ip=\"10.1.2.3\",topic=\"orders\",method=\"exact\"} 1007\n") != std::string::npos);
+  CHECK(whole.find("fetchcost_client_group_info{client_id=\"client-10\",group_id=\"group-10\"} 1\n") != std::string::npos);
+
+  std::size_t calls = 0;
+  exporter::render_prometheus(snap, self, {}, [&](std::string_view) { return ++calls < 2; });
+  CHECK(calls == 2);  // the client went away: nothing rendered after the refused piece
+
+  const std::string dir = temp_dir("promtool-large");
+  const std::string file = dir + "/metrics.txt";
+  std::ofstream(file) << whole;
+  const int rc = std::system(("promtool check metrics < " + file + " > " + dir + "/out.txt 2>&1").c_str());
+  INFO(read_all(dir + "/out.txt").substr(0, 2000));
+  CHECK(rc == 0);
+}

@@ -283,3 +283,48 @@ TEST_CASE("the peer address is part of a sensor's identity and survives in its v
   CHECK(by_peer["10.0.0.1"] == 10);
   CHECK(by_peer["10.0.0.2"] == 20);
 }
+
+TEST_CASE("a snapshot holds every sensor and group as the table does, and can be refilled") {
+  fc::sensors::Config config;
+  config.max_sensors = 3;
+  SensorTable table(config);
+  table.record(get("a", "t", 10, 1 * kSecond));
+  Observation with_peer = get("b", "t", 20, 2 * kSecond);
+  with_peer.peer_ip = "10.0.0.7";
+  with_peer.latency_seconds = 0.02;
+  table.record(with_peer);
+  table.record(get("c", "u", 30, 3 * kSecond));
+  table.record(get("d", "u", 40, 4 * kSecond));  // evicts "a" into __other__ (topic t)
+  table.set_group("b", "g1");
+  table.set_group("d", "g2");
+
+  std::map<std::string, std::pair<Counters, bool>> expected;
+  table.for_each([&](const SensorView& v) {
+    expected[std::string(v.client_id) + "|" + std::string(v.peer_ip) + "|" + std::string(v.topic)] =
+        {v.counters, v.folded};
+  });
+  fc::sensors::Snapshot snap;
+  for (int round = 0; round < 2; ++round) {  // the second fill reuses the first one's buffers
+    table.snapshot(snap);
+    REQUIRE(snap.rows.size() == expected.size());
+    CHECK(snap.view(snap.rows.front()).client_id == "d");  // most recently updated first
+    for (const auto& row : snap.rows) {
+      const SensorView v = snap.view(row);
+      const auto it = expected.find(std::string(v.client_id) + "|" + std::string(v.peer_ip) + "|" +
+                                    std::string(v.topic));
+      REQUIRE(it != expected.end());
+      CHECK(v.counters.remote_bytes == it->second.first.remote_bytes);
+      CHECK(v.counters.latency_count == it->second.first.latency_count);
+      CHECK(v.folded == it->second.second);
+    }
+    std::map<std::string, std::string> groups;
+    for (const auto& g : snap.groups) groups[std::string(snap.group_client(g))] = snap.group_id(g);
+    CHECK(groups == std::map<std::string, std::string>{{"b", "g1"}, {"d", "g2"}});
+    CHECK(snap.stats.live_sensors == 3);
+    CHECK(snap.stats.evictions == 1);
+    CHECK(snap.latency_buckets_seconds == table.config().latency_buckets_seconds);
+  }
+  // A copy: later records do not change it.
+  table.record(get("d", "u", 1000, 5 * kSecond));
+  CHECK(snap.view(snap.rows.front()).counters.remote_bytes == 40);
+}
