@@ -78,8 +78,8 @@ Result<Config> parse_config(std::string_view text) {
   Config c;
   Reader r;
   if (!r.check_keys(doc, "", {"listen", "targets", "kafka_ports", "object_store", "log_dirs",
-                              "price_table", "sensors", "state_dir", "audit_log", "capture",
-                              "attribution_enabled", "budgets"}))
+                              "price_table", "sensors", "state_dir", "ledger", "audit_log",
+                              "capture", "attribution_enabled", "budgets"}))
     return make_error(r.error);
   r.get(doc, "listen", "listen", c.listen);
   r.get_ports(doc, "kafka_ports", "kafka_ports", c.kafka_ports);
@@ -107,6 +107,10 @@ Result<Config> parse_config(std::string_view text) {
     r.get(doc["sensors"], "max_sensors", "sensors.max_sensors", c.max_sensors);
     r.get(doc["sensors"], "idle_expiry_seconds", "sensors.idle_expiry_seconds", c.idle_expiry_seconds);
     r.get(doc["sensors"], "partition_label", "sensors.partition_label", c.partition_label);
+  }
+  if (doc.contains("ledger") && r.check_keys(doc["ledger"], "ledger", {"retention_days", "hourly_days"})) {
+    r.get(doc["ledger"], "retention_days", "ledger.retention_days", c.ledger_retention_days);
+    r.get(doc["ledger"], "hourly_days", "ledger.hourly_days", c.ledger_hourly_days);
   }
   if (doc.contains("audit_log") && r.check_keys(doc["audit_log"], "audit_log", {"path", "max_bytes", "keep"})) {
     r.get(doc["audit_log"], "path", "audit_log.path", c.audit_log_path);
@@ -164,6 +168,10 @@ Result<Config> parse_config(std::string_view text) {
     return make_error("config field \"capture.ring_kib_per_cpu\": must be from 4 to 1048576");
   if (c.capture_bytes > 16384)
     return make_error("config field \"capture.capture_bytes\": at most 16384");
+  if (c.ledger_retention_days < 0 || c.ledger_retention_days > 36500)
+    return make_error("config field \"ledger.retention_days\": days from 0 (keep everything) to 36500");
+  if (c.ledger_hourly_days < 0 || c.ledger_hourly_days > 36500)
+    return make_error("config field \"ledger.hourly_days\": days from 0 (stay hourly) to 36500");
   if (c.audit_log_keep < 0 || c.audit_log_max_bytes < 4096)
     return make_error("config field \"audit_log\": keep >= 0 and max_bytes >= 4096");
   for (const auto& lib : c.tls_libraries) {

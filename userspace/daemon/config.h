@@ -11,6 +11,7 @@
 //     "price_table": "aws-s3-standard-same-region",
 //     "sensors": {"max_sensors": 10000, "idle_expiry_seconds": 900, "partition_label": false},
 //     "state_dir": "/var/lib/fetchcost",
+//     "ledger": {"retention_days": 400, "hourly_days": 35},
 //     "audit_log": {"path": "", "max_bytes": 104857600, "keep": 5},
 //     "capture": {"ring_kib_per_cpu": 4096, "capture_bytes": 4096,
 //                 "tls_libraries": ["openssl", "gnutls"]},
@@ -51,6 +52,10 @@ struct Config {
   double idle_expiry_seconds = 900;
   bool partition_label = false;
   std::string state_dir = "/var/lib/fetchcost";
+  // The chargeback ledger: buckets older than retention_days are dropped, hours of days older
+  // than hourly_days become daily buckets (0: never).
+  int ledger_retention_days = 400;
+  int ledger_hourly_days = 35;
   std::string audit_log_path;  // empty: no audit log
   std::uint64_t audit_log_max_bytes = 100ull << 20;
   int audit_log_keep = 5;

@@ -141,6 +141,7 @@ nlohmann::json config_json(const Config& c) {
             {"idle_expiry_seconds", c.idle_expiry_seconds},
             {"partition_label", c.partition_label}}},
           {"state_dir", c.state_dir},
+          {"ledger", {{"retention_days", c.ledger_retention_days}, {"hourly_days", c.ledger_hourly_days}}},
           {"audit_log",
            {{"path", c.audit_log_path}, {"max_bytes", c.audit_log_max_bytes}, {"keep", c.audit_log_keep}}},
           {"capture",
@@ -218,6 +219,7 @@ struct Service::Impl {
   std::atomic<std::uint64_t> save_max_ns{0};
   std::atomic<std::uint64_t> save_errors{0};
   bool save_failing = false;  // saver thread (or shutdown, after it stopped) only
+  std::int64_t compacted_hour = -1;  // likewise
 
   void start_saver() {
     saver = std::thread([this] {
@@ -252,6 +254,14 @@ struct Service::Impl {
 
   void save_ledger() {
     const auto start = std::chrono::steady_clock::now();
+    // The retention, at start and then once an hour: it only visits the oldest buckets.
+    if (const std::int64_t now = std::time(nullptr); now / 3600 != compacted_hour) {
+      const auto done = ledger->compact(now);
+      compacted_hour = now / 3600;
+      if (done.folded || done.dropped)
+        std::fprintf(stderr, "fetchcostd: ledger: %zu hourly buckets folded into days, %zu older "
+                     "than the retention dropped\n", done.folded, done.dropped);
+    }
     if (auto r = ledger->save(); !r) {
       // Counted; logged when saving starts failing. The next save retries (the buckets stay in
       // memory).
@@ -593,6 +603,7 @@ struct Service::Impl {
       doc["budget_actions"] = {{"ok", actions->ok.load()}, {"failed", actions->failed.load()},
                                {"skipped", actions->skipped.load()}};
       doc["ledger"] = ledger->path();
+      doc["ledger_buckets"] = ledger->size();
       doc["config"] = config_json(config);
       return exporter::HttpResponse{200, "application/json",
                                     doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
@@ -620,7 +631,8 @@ struct Service::Impl {
       return exporter::HttpResponse{200, "application/json",
                                     doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
     });
-    // Chargeback ledger buckets overlapping [from, to) (unix seconds; hour granularity).
+    // Chargeback ledger buckets overlapping [from, to) (unix seconds; hourly buckets, and daily
+    // ones ("hours": 24) for days older than ledger.hourly_days).
     http.get_with_query("/api/v1/report", [this](const std::map<std::string, std::string>& q) {
       std::int64_t from = 0, to = std::numeric_limits<std::int64_t>::max();
       try {
@@ -632,8 +644,8 @@ struct Service::Impl {
       }
       nlohmann::json rows = nlohmann::json::array();
       for (const auto& [k, v] : ledger->query(from, to))
-        rows.push_back({{"hour", k.hour}, {"client_id", k.client_id}, {"group_id", k.group_id},
-                        {"topic", k.topic}, {"method", k.method}, {"bytes", v.bytes},
+        rows.push_back({{"hour", k.hour}, {"hours", k.hours}, {"client_id", k.client_id},
+                        {"group_id", k.group_id}, {"topic", k.topic}, {"method", k.method}, {"bytes", v.bytes},
                         {"requests", v.requests}, {"errors", v.errors}, {"cost_api", v.cost_api},
                         {"cost_egress", v.cost_egress}});
       nlohmann::json doc{{"version", 1}, {"currency", currency}, {"buckets", rows}};
@@ -663,7 +675,9 @@ Result<std::unique_ptr<Service>> Service::create(const Config& config) {
     if (auto r = impl->tier_map->start(); !r) return make_error("log_dirs: " + r.error().message);
     impl->tier_view = std::make_unique<pipeline::TierView>(*impl->tier_map);
   }
-  auto ledger = exporter::Ledger::open(config.state_dir);
+  auto ledger = exporter::Ledger::open(
+      config.state_dir, exporter::LedgerRetention{.retention_days = config.ledger_retention_days,
+                                                  .hourly_days = config.ledger_hourly_days});
   if (!ledger) return ledger.error();
   impl->ledger = std::move(*ledger);
   {

@@ -2,7 +2,8 @@
 //  - render_prometheus(): the Prometheus text format of the sensors and self-metrics
 //    (KIP-compatible kafka_server_remote_fetch_* names, fetchcost_* for the rest);
 //  - Ledger: hourly chargeback buckets per (client, group, topic, method), persisted atomically
-//    in the state dir so a restart loses nothing that was counted;
+//    in the state dir so a restart loses nothing that was counted; old hours are folded into
+//    days and the oldest days dropped (LedgerRetention);
 //  - AuditLog: one JSON line per attributed object read, size-rotated;
 //  - HttpServer: one listen address for /metrics, /api/v1/..., /healthz, /readyz.
 // None of these ever sees payload bytes: only parsed names, numbers and object keys.
@@ -78,11 +79,12 @@ std::string render_prometheus(const sensors::SensorTable& sensors, const SelfMet
 
 // ---- chargeback ledger ----
 struct LedgerKey {
-  std::int64_t hour = 0;  // unix time / 3600
+  std::int64_t hour = 0;  // unix time / 3600: where the bucket starts
   std::string client_id;
   std::string group_id;
   std::string topic;
   std::string method;
+  std::int32_t hours = 1;  // 1, or 24 for a UTC day folded from its hours (starts at midnight)
   auto operator<=>(const LedgerKey&) const = default;
 };
 struct LedgerValue {
@@ -93,23 +95,47 @@ struct LedgerValue {
   double cost_egress = 0;
 };
 
+// How long the ledger keeps what it counted. 0 turns a step off.
+struct LedgerRetention {
+  // Buckets that ended longer ago than this are dropped (keeps the file bounded in time).
+  int retention_days = 0;
+  // Hourly buckets of UTC days that ended longer ago than this are added up into one daily
+  // bucket per (day, client, group, topic, method): a day of a steady client then takes one row
+  // instead of 24. Totals over whole days stay exact.
+  int hourly_days = 0;
+};
+
 class Ledger {
  public:
   // Loads `<state_dir>/ledger.json` when it exists. An unreadable ledger is an error (the user
-  // must decide: fetchcostd never overwrites counted money silently).
-  static Result<std::unique_ptr<Ledger>> open(const std::string& state_dir);
+  // must decide: fetchcostd never overwrites counted money silently). Files without daily
+  // buckets (written before retention existed) load as they are. Without a retention nothing
+  // is ever folded or dropped (fetchcost replay's ledgers).
+  static Result<std::unique_ptr<Ledger>> open(const std::string& state_dir,
+                                              LedgerRetention retention = {});
   void add(std::int64_t unix_seconds, const LedgerKey& key_without_hour, const LedgerValue& value);
   // Writes ledger.json.tmp, fsyncs, renames over ledger.json. Holds the buckets' lock (which
   // add() needs) only while the text is built; the write and fsync happen without it.
   Result<void> save() const;
-  // Buckets with hour in [from_unix, to_unix), in key order.
+  // Buckets overlapping [from_unix, to_unix), in key order.
   std::vector<std::pair<LedgerKey, LedgerValue>> query(std::int64_t from_unix,
                                                        std::int64_t to_unix) const;
   std::string path() const;
 
+  struct Compaction {
+    std::size_t folded = 0;   // hourly buckets added into daily ones
+    std::size_t dropped = 0;  // buckets older than the retention
+  };
+  // Applies the retention as of now_unix (fetchcostd: at start and then hourly, before a save).
+  // Visits only buckets old enough to change.
+  Compaction compact(std::int64_t now_unix);
+  std::size_t size() const;  // buckets held
+
  private:
-  explicit Ledger(std::string dir) : dir_(std::move(dir)) {}
+  Ledger(std::string dir, LedgerRetention retention)
+      : dir_(std::move(dir)), retention_(retention) {}
   std::string dir_;
+  LedgerRetention retention_;
   mutable std::mutex save_mutex_;  // one save at a time
   mutable std::mutex mutex_;       // the buckets
   std::map<LedgerKey, LedgerValue> buckets_;

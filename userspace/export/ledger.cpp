@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <stdexcept>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,13 +16,14 @@
 
 namespace fc::exporter {
 
-Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& state_dir) {
+Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& state_dir,
+                                             LedgerRetention retention) {
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
   if (ec)
     return make_error("cannot create the state dir " + state_dir + ": " + ec.message() +
                       " (set state_dir in the config to a writable directory)");
-  std::unique_ptr<Ledger> ledger(new Ledger(state_dir));
+  std::unique_ptr<Ledger> ledger(new Ledger(state_dir, retention));
   const std::string path = ledger->path();
   std::ifstream in(path);
   if (!in) return ledger;  // first start
@@ -33,7 +36,11 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& state_dir) {
                     sensors::sanitize_label(row.at("client_id").get<std::string>()),
                     sensors::sanitize_label(row.at("group_id").get<std::string>()),
                     sensors::sanitize_label(row.at("topic").get<std::string>()),
-                    sensors::sanitize_label(row.at("method").get<std::string>())};
+                    sensors::sanitize_label(row.at("method").get<std::string>()),
+                    row.value("hours", 1)};  // absent in hourly rows (and in older files)
+      if (key.hours != 1 && key.hours != 24)
+        throw std::runtime_error("a bucket spans " + std::to_string(key.hours) +
+                                 " hours (1 or 24 expected)");
       LedgerValue value{row.at("bytes").get<std::uint64_t>(), row.at("requests").get<std::uint64_t>(),
                         row.at("errors").get<std::uint64_t>(), row.at("cost_api").get<double>(),
                         row.at("cost_egress").get<double>()};
@@ -99,6 +106,52 @@ void append_number(std::string& out, Number v) {
 
 }  // namespace
 
+std::size_t Ledger::size() const {
+  std::lock_guard lock(mutex_);
+  return buckets_.size();
+}
+
+Ledger::Compaction Ledger::compact(std::int64_t now_unix) {
+  constexpr std::int64_t kDay = 86400;
+  Compaction done;
+  std::lock_guard lock(mutex_);
+  // Whole UTC days that ended before these instants are folded / dropped.
+  const std::int64_t fold_before = retention_.hourly_days > 0 ? now_unix - retention_.hourly_days * kDay
+                                                              : std::numeric_limits<std::int64_t>::min();
+  const std::int64_t drop_before = retention_.retention_days > 0
+                                       ? now_unix - retention_.retention_days * kDay
+                                       : std::numeric_limits<std::int64_t>::min();
+  const std::int64_t oldest_kept = std::max(fold_before, drop_before);
+  // Keys are ordered by start hour: only the oldest buckets are visited.
+  for (auto it = buckets_.begin(); it != buckets_.end() && it->first.hour * 3600 < oldest_kept;) {
+    const LedgerKey& k = it->first;
+    const std::int64_t start = k.hour * 3600;
+    const std::int64_t end = start + std::int64_t{k.hours} * 3600;
+    if (end <= drop_before) {
+      it = buckets_.erase(it);
+      ++done.dropped;
+      continue;
+    }
+    const std::int64_t day_start = start - ((start % kDay) + kDay) % kDay;  // floor, also < 1970
+    if (k.hours == 1 && day_start + kDay <= fold_before) {
+      LedgerKey day = k;
+      day.hour = day_start / 3600;
+      day.hours = 24;
+      LedgerValue& into = buckets_[day];  // std::map: `it` stays valid
+      into.bytes += it->second.bytes;
+      into.requests += it->second.requests;
+      into.errors += it->second.errors;
+      into.cost_api += it->second.cost_api;
+      into.cost_egress += it->second.cost_egress;
+      it = buckets_.erase(it);
+      ++done.folded;
+      continue;
+    }
+    ++it;
+  }
+  return done;
+}
+
 Result<void> Ledger::save() const {
   // One save at a time (fetchcostd's saver thread and the final save at exit share the .tmp).
   std::lock_guard saving(save_mutex_);
@@ -126,6 +179,10 @@ Result<void> Ledger::save() const {
       append_string(text, k.group_id);
       text += ",\"hour\":";
       append_number(text, k.hour);
+      if (k.hours != 1) {  // only daily rows carry it: hourly rows read as before
+        text += ",\"hours\":";
+        append_number(text, k.hours);
+      }
       text += ",\"method\":";
       append_string(text, k.method);
       text += ",\"requests\":";
@@ -164,7 +221,7 @@ std::vector<std::pair<LedgerKey, LedgerValue>> Ledger::query(std::int64_t from_u
   std::lock_guard lock(mutex_);
   for (const auto& [k, v] : buckets_) {
     const std::int64_t start = k.hour * 3600;
-    if (start + 3600 > from_unix && start < to_unix) out.emplace_back(k, v);
+    if (start + std::int64_t{k.hours} * 3600 > from_unix && start < to_unix) out.emplace_back(k, v);
   }
   return out;
 }

@@ -82,3 +82,23 @@ TEST_CASE("budgets: limits per client or group, actions, and errors naming the f
     if (!r.ok()) CHECK_MESSAGE(r.error().message.find(bad.mentions) != std::string::npos, r.error().message);
   }
 }
+
+TEST_CASE("ledger retention: defaults, values, and errors naming the field") {
+  auto d = parse_config("{}");
+  REQUIRE(d.ok());
+  CHECK(d->ledger_retention_days == 400);
+  CHECK(d->ledger_hourly_days == 35);
+  auto c = parse_config(R"({"ledger":{"retention_days":0,"hourly_days":7}})");
+  REQUIRE(c.ok());
+  CHECK(c->ledger_retention_days == 0);
+  CHECK(c->ledger_hourly_days == 7);
+  for (const auto& [text, mentions] :
+       {std::pair{R"({"ledger":{"retention_days":-1}})", "ledger.retention_days"},
+        std::pair{R"({"ledger":{"hourly_days":"a week"}})", "ledger.hourly_days"},
+        std::pair{R"({"ledger":{"retention":400}})", "ledger.retention"}}) {
+    auto r = parse_config(text);
+    INFO(text);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find(mentions) != std::string::npos);
+  }
+}

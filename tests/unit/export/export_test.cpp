@@ -4,11 +4,14 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "export/export.h"
+#include "report_model.h"  // fetchcost report's own reading of the ledger
 
 using namespace fc;
 
@@ -201,4 +204,113 @@ TEST_CASE("the metrics page streams in pieces: the same text, bounded pieces, st
   const int rc = std::system(("promtool check metrics < " + file + " > " + dir + "/out.txt 2>&1").c_str());
   INFO(read_all(dir + "/out.txt").substr(0, 2000));
   CHECK(rc == 0);
+}
+
+TEST_CASE("ledger retention: old hours fold into days, the oldest days go, reports still add up") {
+  constexpr std::int64_t kDay = 86400, kHour = 3600;
+  const std::int64_t now = 20'000 * kDay + 12 * kHour + 600;  // 12:10 UTC on day 20,000
+  const std::string dir = temp_dir("retention");
+  // What was counted, kept independently of the ledger: per hour and per UTC day.
+  std::map<std::int64_t, std::uint64_t> bytes_per_hour, bytes_per_day;
+  {
+    auto ledger = exporter::Ledger::open(dir, {.retention_days = 400, .hourly_days = 35});
+    REQUIRE(ledger.ok());
+    // 500 days of reads, every 7 hours, from three clients on two methods.
+    for (std::int64_t t = now - 500 * kDay; t <= now; t += 7 * kHour + 13) {
+      const std::uint64_t bytes = 1 + static_cast<std::uint64_t>(t % 997);
+      const std::string client = "client-" + std::to_string(t % 3);
+      (*ledger)->add(t, {0, client, "g", "orders", t % 2 ? "exact" : "estimated"},
+                     {bytes, 1, 0, 0.25, 0.5});
+      bytes_per_hour[t / kHour] += bytes;
+      bytes_per_day[t / kDay] += bytes;
+    }
+    const std::size_t before = (*ledger)->size();
+    const auto done = (*ledger)->compact(now);
+    CHECK(done.dropped > 0);
+    CHECK(done.folded > 0);
+    CHECK((*ledger)->size() < before);
+    REQUIRE((*ledger)->save().ok());
+  }
+  // The saved file is what a restart (and `fetchcost report --state-dir`) reads.
+  auto ledger = exporter::Ledger::open(dir, {.retention_days = 400, .hourly_days = 35});
+  REQUIRE(ledger.ok());
+  const auto all = (*ledger)->query(std::numeric_limits<std::int64_t>::min() / 4,
+                                    std::numeric_limits<std::int64_t>::max() / 4);
+  const std::int64_t drop_before = now - 400 * kDay, fold_before = now - 35 * kDay;
+  for (const auto& [k, v] : all) {
+    const std::int64_t start = k.hour * kHour, end = start + k.hours * kHour;
+    CHECK(end > drop_before);  // nothing beyond the retention
+    if (k.hours == 24) {
+      CHECK(start % kDay == 0);  // a UTC day …
+      CHECK(start + kDay <= fold_before);  // … that ended before the hourly window
+    } else {
+      CHECK(k.hours == 1);
+      CHECK(start > fold_before - kDay);  // hourly only in days that reach into the window
+    }
+  }
+  auto sum = [](const std::vector<std::pair<exporter::LedgerKey, exporter::LedgerValue>>& rows) {
+    std::uint64_t b = 0;
+    for (const auto& [k, v] : rows) b += v.bytes;
+    return b;
+  };
+  // Every whole UTC day inside the retention, folded or not, adds up to what was counted.
+  const std::int64_t first_day = drop_before / kDay + 1, last_day = now / kDay;
+  std::uint64_t expected_total = 0;
+  for (std::int64_t d = first_day; d <= last_day; ++d) {
+    const std::uint64_t want = bytes_per_day.count(d) ? bytes_per_day[d] : 0;
+    expected_total += want;
+    CHECK_MESSAGE(sum((*ledger)->query(d * kDay, (d + 1) * kDay)) == want, "day " << d);
+  }
+  CHECK(sum((*ledger)->query(first_day * kDay, now + kHour)) == expected_total);
+  // Inside the hourly window every hour is still exact.
+  for (std::int64_t h = fold_before / kHour + 24; h <= now / kHour; ++h) {
+    const std::uint64_t want = bytes_per_hour.count(h) ? bytes_per_hour[h] : 0;
+    CHECK_MESSAGE(sum((*ledger)->query(h * kHour, (h + 1) * kHour)) == want, "hour " << h);
+  }
+
+  // fetchcost report reads the same file: its totals for day-aligned periods reconcile.
+  std::ifstream in(dir + "/ledger.json");
+  const auto doc = nlohmann::json::parse(in);
+  auto buckets = cli::parse_ledger(doc);
+  REQUIRE(buckets.ok());
+  for (const auto& [from_day, to_day] : {std::pair{first_day, last_day + 1},
+                                         std::pair{first_day + 10, first_day + 40},  // daily part
+                                         std::pair{last_day - 20, last_day + 1}}) {  // hourly part
+    std::uint64_t want = 0;
+    for (std::int64_t d = from_day; d < to_day; ++d) want += bytes_per_day.count(d) ? bytes_per_day[d] : 0;
+    const auto report = cli::aggregate(*buckets, from_day * kDay, to_day * kDay, "USD");
+    CHECK_MESSAGE(report.total.bytes == want, "days " << from_day << ".." << to_day);
+  }
+}
+
+TEST_CASE("a ledger.json written before retention existed loads and folds like a new one") {
+  const std::string dir = temp_dir("ledger-v1");
+  // The format as fetchcostd 0.1 wrote it: hourly rows, no "hours" field.
+  std::ofstream(dir + "/ledger.json")
+      << R"({"buckets":[{"bytes":100,"client_id":"a","cost_api":0.5,"cost_egress":0.25,"errors":0,)"
+      << R"("group_id":"g","hour":10,"method":"exact","requests":1,"topic":"t"},)"
+      << R"({"bytes":50,"client_id":"a","cost_api":0.5,"cost_egress":0,"errors":1,)"
+      << R"("group_id":"g","hour":11,"method":"exact","requests":1,"topic":"t"},)"
+      << R"({"bytes":7,"client_id":"b","cost_api":0,"cost_egress":0,"errors":0,)"
+      << R"("group_id":"","hour":900000,"method":"estimated","requests":1,"topic":"t"}],"version":1})";
+  auto ledger = exporter::Ledger::open(dir, {.retention_days = 0, .hourly_days = 1});
+  REQUIRE(ledger.ok());
+  CHECK((*ledger)->size() == 3);
+  // Hours 10 and 11 (day 0) fold into one day; hour 900,000 is within a day of "now".
+  const auto done = (*ledger)->compact(900'000LL * 3600 + 1800);
+  CHECK(done.folded == 2);
+  CHECK(done.dropped == 0);
+  const auto all = (*ledger)->query(0, 1'000'000 * 3600LL);
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].first.hour == 0);
+  CHECK(all[0].first.hours == 24);
+  CHECK(all[0].second.bytes == 150);
+  CHECK(all[0].second.requests == 2);
+  CHECK(all[0].second.errors == 1);
+  CHECK(all[1].first.hours == 1);
+  REQUIRE((*ledger)->save().ok());
+  CHECK(read_all(dir + "/ledger.json").find("\"hours\":24") != std::string::npos);
+  auto again = exporter::Ledger::open(dir);
+  REQUIRE(again.ok());
+  CHECK((*again)->query(0, 3600).size() == 1);  // the daily bucket overlaps its first hour
 }
