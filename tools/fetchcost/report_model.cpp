@@ -1,5 +1,7 @@
 #include "report_model.h"
 
+#include "identity.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
@@ -46,6 +48,7 @@ Report aggregate(const std::vector<LedgerBucket>& buckets, std::int64_t from, st
     if (!(start + 3600 > from && start < to)) continue;
     ReportLine& line = lines[{b.client_id, b.group_id, b.topic}];
     line.client_id = b.client_id;
+    line.identity = identity_kind(b.client_id);
     line.group_id = b.group_id;
     line.topic = b.topic;
     for (ReportLine* l : {&line, &report.total}) {
@@ -100,13 +103,15 @@ std::string render_report(const Report& r, ReportFormat format) {
                             {"bytes", l.bytes},
                             {"requests", l.requests},
                             {"errors", l.errors},
-                            {"cost", l.cost}};
+                            {"cost", l.cost},
+                            {"identity", l.identity}};
     };
     for (const auto& l : r.lines) lines.push_back(to_json(l));
     nlohmann::json total = to_json(r.total);
     total.erase("client_id");
     total.erase("group_id");
     total.erase("topic");
+    total.erase("identity");
     nlohmann::json doc{{"from", format_time(r.from)},
                        {"to", format_time(r.to)},
                        {"currency", r.currency},
@@ -115,23 +120,23 @@ std::string render_report(const Report& r, ReportFormat format) {
     return doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   if (format == ReportFormat::kCsv) {
-    out = "client_id,group_id,topic,bytes,requests,errors,cost_" + r.currency + "\n";
+    out = "client_id,group_id,topic,bytes,requests,errors,cost_" + r.currency + ",identity\n";
     for (const auto& l : r.lines)
       out += csv_field(l.client_id) + "," + csv_field(l.group_id) + "," + csv_field(l.topic) + "," +
              std::to_string(l.bytes) + "," + std::to_string(l.requests) + "," +
-             std::to_string(l.errors) + "," + money(l.cost) + "\n";
+             std::to_string(l.errors) + "," + money(l.cost) + "," + l.identity + "\n";
     out += "TOTAL,,," + std::to_string(r.total.bytes) + "," + std::to_string(r.total.requests) +
-           "," + std::to_string(r.total.errors) + "," + money(r.total.cost) + "\n";
+           "," + std::to_string(r.total.errors) + "," + money(r.total.cost) + ",\n";
     return out;
   }
   std::vector<std::vector<std::string>> table{
-      {"CLIENT", "GROUP", "TOPIC", "BYTES", "REQUESTS", "ERRORS", "COST_" + r.currency}};
+      {"CLIENT", "GROUP", "TOPIC", "BYTES", "REQUESTS", "ERRORS", "COST_" + r.currency, "BY"}};
   for (const auto& l : r.lines)
     table.push_back({l.client_id, l.group_id.empty() ? "-" : l.group_id, l.topic,
                      std::to_string(l.bytes), std::to_string(l.requests), std::to_string(l.errors),
-                     money(l.cost)});
+                     money(l.cost), l.identity});
   table.push_back({"TOTAL", "", "", std::to_string(r.total.bytes), std::to_string(r.total.requests),
-                   std::to_string(r.total.errors), money(r.total.cost)});
+                   std::to_string(r.total.errors), money(r.total.cost), ""});
   std::vector<std::size_t> width(table[0].size(), 0);
   for (const auto& row : table)
     for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());

@@ -23,6 +23,7 @@ Result<std::vector<LedgerBucket>> parse_ledger(const nlohmann::json& doc);
 
 struct ReportLine {
   std::string client_id, group_id, topic;
+  std::string identity;  // identity_kind(client_id): "client-id", "peer" or "-"
   std::uint64_t bytes = 0, requests = 0, errors = 0;
   double cost = 0;
 };

@@ -49,7 +49,9 @@ constexpr const char* kColumnHelp =
     "  CLIENT client id   GROUP consumer group   $/h cost rate   COST cost since start\n"
     "  B/s remote bytes/s   GET/s object GETs/s   B/GET remote bytes per GET\n"
     "  AMP object bytes read per byte delivered   P99 99th pct remote read latency\n"
-    "  TPC topics read remotely   FLAGS see below\n";
+    "  TPC topics read remotely   FLAGS see below\n"
+    "  BY what CLIENT is: cid = a client-id read from the requests, peer = the peer address\n"
+    "     (peer:<ip>) of a TLS connection fetchcost cannot read, - = unattributed\n";
 
 struct Options {
   std::string endpoint = "http://127.0.0.1:9464";
@@ -116,8 +118,8 @@ struct Layout {
 };
 
 Layout layout_for(int cols) {
-  //             CLIENT GROUP $/h COST B/s GET/s B/GET AMP P99 TOP FLAGS
-  Layout l{{13, 8, 6, 7, 6, 5, 5, 4, 5, 3, 5}, false};
+  //             CLIENT GROUP $/h COST B/s GET/s B/GET AMP P99 TOP FLAGS BY
+  Layout l{{12, 6, 6, 6, 5, 5, 5, 4, 5, 3, 5, 4}, false};
   int used = 2;  // selection marker + space
   for (int w : l.width) used += w + 1;
   int spare = cols - used;
@@ -133,6 +135,7 @@ Layout layout_for(int cols) {
     l.width[10] = 24;
     spare -= 19;
   }
+  grow(11, 9);  // "client-id" in full
   grow(0, 40);
   return l;
 }
@@ -157,7 +160,8 @@ std::vector<std::string> cells(const ClientRow& r, const Layout& l) {
           }(),
           human_seconds(r.p99_seconds),
           std::to_string(r.topics.size()),
-          l.flag_words ? flag_names(r.flags, " ") : flag_letters(r.flags)};
+          l.flag_words ? flag_names(r.flags, " ") : flag_letters(r.flags),
+          r.identity == "client-id" && l.width[11] < 9 ? "cid" : r.identity};
 }
 
 class TopView {

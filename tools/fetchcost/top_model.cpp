@@ -175,6 +175,7 @@ std::vector<ClientRow> TopModel::update(const Snapshot* previous, const Snapshot
   for (const auto& [client, c] : now) {
     ClientRow row;
     row.client_id = client;
+    row.identity = identity_kind(client);
     row.group_id = c.group_id;
     row.total_cost = c.cost;
     row.bytes = c.bytes;
@@ -267,6 +268,7 @@ constexpr ColumnInfo kColumns[] = {
     {Column::kP99, "P99", "p99_s"},
     {Column::kTopics, "TPC", "topics"},
     {Column::kFlags, "FLAGS", "flags"},
+    {Column::kIdentity, "BY", "identity"},
 };
 }  // namespace
 
@@ -312,9 +314,14 @@ void sort_rows(std::vector<ClientRow>& rows, Column column, bool descending) {
     }
   };
   std::stable_sort(rows.begin(), rows.end(), [&](const ClientRow& a, const ClientRow& b) {
-    if (column == Column::kClient || column == Column::kGroup) {
-      const auto& x = column == Column::kClient ? a.client_id : a.group_id;
-      const auto& y = column == Column::kClient ? b.client_id : b.group_id;
+    if (column == Column::kClient || column == Column::kGroup || column == Column::kIdentity) {
+      auto text = [column](const ClientRow& r) -> const std::string& {
+        return column == Column::kClient ? r.client_id
+               : column == Column::kGroup ? r.group_id
+                                          : r.identity;
+      };
+      const auto& x = text(a);
+      const auto& y = text(b);
       if (x != y) return descending ? x > y : x < y;
     } else {
       const double x = key(a), y = key(b);
@@ -362,7 +369,7 @@ std::string render_once(const std::vector<ClientRow>& rows, const Snapshot& s, d
                      fixed(r.gets_per_second, 2), fixed(r.bytes_per_get, 0),
                      fixed(r.read_amplification, 2),
                      r.p99_seconds < 0 ? "-" : fixed(r.p99_seconds, 4), no_space(topics),
-                     flag_names(r.flags, ",")});
+                     flag_names(r.flags, ","), r.identity});
   }
   std::vector<std::size_t> width(header.size(), 0);
   for (const auto& line : table)

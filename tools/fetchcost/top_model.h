@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "identity.h"
 
 namespace fc::cli {
 
@@ -80,6 +81,7 @@ struct FlagRules {
 
 struct ClientRow {
   std::string client_id;
+  std::string identity;  // identity_kind(client_id): "client-id", "peer" or "-"
   std::string group_id;
   double cost_per_hour = 0;
   double total_cost = 0;
@@ -133,8 +135,9 @@ enum class Column {
   kP99,
   kTopics,
   kFlags,
+  kIdentity,  // what CLIENT is: a client-id, or a peer address (opaque TLS connections)
 };
-inline constexpr int kColumnCount = 11;
+inline constexpr int kColumnCount = 12;
 const char* column_title(Column c);  // short title for the TUI
 const char* column_key(Column c);    // the --once / --sort name
 Result<Column> parse_column(const std::string& name);

@@ -1,5 +1,7 @@
 #include "attribution/attribution.h"
 
+#include "attribution/opaque_match.h"
+
 #include <algorithm>
 #include <list>
 #include <map>
@@ -69,6 +71,7 @@ struct Attributor::Impl {
   const LocalTier* tier;
   Options options;
   Counters counters;
+  OpaqueMatcher opaque{options};  // reads no readable fetch took, for opaque client connections
 
   FetchList fetches;  // arrival order (the remote reader pool is FIFO)
   std::unordered_multimap<std::uint64_t, FetchIt> by_request;
@@ -393,6 +396,11 @@ struct Attributor::Impl {
   // order (cycles of different connections complete out of order).
   void settle(std::uint64_t now_ns) {
     settle_failures(now_ns);
+    settle_estimates(now_ns);
+    settle_opaque(now_ns);
+  }
+
+  void settle_estimates(std::uint64_t now_ns) {
     if (estimates.empty()) return;
     std::vector<ObjectRead> ripe;
     std::erase_if(estimates, [&](const ObjectRead& r) {
@@ -404,6 +412,33 @@ struct Attributor::Impl {
       return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns < b.end_ns;
     });
     for (const ObjectRead& r : ripe) on_read(r);
+  }
+
+  // Reads held for opaque client connections, decided once the cycles around them are answered.
+  void settle_opaque(std::uint64_t now_ns) {
+    if (!opaque.active()) return;
+    opaque.settle(now_ns, [&](const ObjectRead& read, const std::string* peer) {
+      Attributed out;
+      out.read = &read;
+      out.error = !read.succeeded();
+      out.body_bytes = read.succeeded() ? read.body_bytes : 0;
+      out.topic = read.topic.empty() ? read.topic_id : read.topic;
+      out.partition = read.partition;
+      std::string client;
+      if (peer) {
+        ++counters.reads_opaque_peer;
+        client = "peer:" + *peer;
+        out.client_id = client;
+        out.peer = *peer;
+        out.method = Method::kEstimated;
+      } else {
+        ++counters.reads_unattributed;
+        out.client_id = kUnattributed;
+        const bool exact = read.method == Method::kExact && !read.topic.empty();
+        out.method = exact ? Method::kExact : Method::kEstimated;
+      }
+      sink.on_attributed(out);
+    });
   }
 
   void on_read(const ObjectRead& read) {
@@ -547,6 +582,10 @@ struct Attributor::Impl {
     out.method = exact ? Method::kExact : Method::kEstimated;
     out.error = !read.succeeded();
     out.body_bytes = read.succeeded() ? read.body_bytes : 0;
+    if (!match && opaque.active()) {  // an opaque client connection's cycle may have caused it
+      opaque.hold(read);
+      return;
+    }
     if (!match) {
       ++counters.reads_unattributed;
       out.client_id = kUnattributed;
@@ -646,6 +685,22 @@ void Attributor::on_object_read(const ObjectRead& read) {
 }
 
 void Attributor::expect_estimates() {}
+
+void Attributor::on_opaque_open(std::uint64_t connection, std::string_view peer,
+                                std::uint64_t request_ns) {
+  impl_->latest_ns = std::max(impl_->latest_ns, request_ns);
+  impl_->opaque.open(connection, peer, request_ns);
+}
+
+void Attributor::on_opaque_cycle(const OpaqueCycle& cycle) {
+  impl_->latest_ns = std::max({impl_->latest_ns, cycle.request_ns, cycle.response_end_ns});
+  impl_->opaque.cycle(cycle);
+  impl_->settle(impl_->latest_ns);
+}
+
+void Attributor::forget_opaque(std::uint64_t connection) {
+  impl_->opaque.forget(connection);
+}
 
 void Attributor::close_connection(std::uint64_t connection, std::uint64_t now_ns) {
   for (auto& fetch : impl_->fetches) {

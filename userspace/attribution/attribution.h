@@ -29,6 +29,17 @@
 // yet. The
 // read goes to the partition the broker read remotely (the eligible one the response filled;
 // Kafka ≤ 4.1 reads one per fetch).
+//
+// Opaque client connections (TLS whose plaintext is not seen: the client-id and the fetches
+// cannot be read) report request cycles (on_opaque_open / on_opaque_cycle, from
+// opaque::CycleRecognizer). Once opaque connections exist, a read no readable fetch takes
+// (readable fetches always come first) is held until the cycles around it were answered, then
+// goes to the opaque connection whose cycle was open across it (request ≤ read start, answer ≥
+// read end) and whose answer carried at least Options::opaque_min_fit of the task's bytes: the
+// reader thread's current task first, then the connection that read that partition last (a
+// consumer reads a partition in order), then a cycle no read went to yet (one remote read per
+// fetch), then the answer closest in size. It is exported as client_id "peer:<ip>", method
+// estimated; no such cycle: unattributed.
 #pragma once
 
 #include <cstdint>
@@ -119,6 +130,7 @@ struct Counters {
   std::uint64_t reads_exact = 0;
   std::uint64_t reads_estimated = 0;
   std::uint64_t reads_unattributed = 0;
+  std::uint64_t reads_opaque_peer = 0;  // reads matched to an opaque client connection's cycle
   std::uint64_t pending_evicted = 0;  // pending fetches dropped by the max_pending bound
 };
 
@@ -139,6 +151,23 @@ struct Options {
   // Kafka 3.6–4.1 read at most one partition of a fetch remotely: the first one (in request
   // order) below its local log start. Kafka 4.2 reads all of them (set false).
   bool one_remote_partition_per_fetch = true;
+  // Opaque client connections: a read waits for the cycles open across it to be answered at most
+  // this long (a long poll answered later carried no data for it); the answered cycles are kept
+  // this long for the reads that settle after them.
+  std::uint64_t opaque_hold_ns = 3'000'000'000ull;
+  std::uint64_t opaque_retain_ns = 10'000'000'000ull;
+  // An answer smaller than this share of the task's GET bytes did not carry them (a long poll's
+  // answer with a few local records); chunk reads a fetch uses a part of stay well above it.
+  double opaque_min_fit = 0.2;
+};
+
+// One request/response cycle of an opaque client connection.
+struct OpaqueCycle {
+  std::uint64_t connection = 0;
+  std::uint64_t request_ns = 0;
+  std::uint64_t response_start_ns = 0;  // 0: never answered (the client left)
+  std::uint64_t response_end_ns = 0;
+  std::uint64_t response_bytes = 0;  // estimated plaintext of the answer
 };
 
 class Attributor {
@@ -155,6 +184,11 @@ class Attributor {
   // Successful exact reads are attributed at once; failed and estimated ones once settled
   // (Options::estimate_settle_ns, or expire()). The read's views need not outlive the call.
   void on_object_read(const ObjectRead& read);
+  // Opaque client connections: a cycle opened (its answer is still to come), a cycle completed,
+  // and a connection found readable after all (its plaintext arrives: its cycles are dropped).
+  void on_opaque_open(std::uint64_t connection, std::string_view peer, std::uint64_t request_ns);
+  void on_opaque_cycle(const OpaqueCycle& cycle);
+  void forget_opaque(std::uint64_t connection);
   // Opaque object-store connections exist (kept for callers: answered fetches are kept anyway).
   void expect_estimates();
   // The client went away. Its pending fetches stay matchable for Options::closed_grace_ns: the

@@ -13,8 +13,6 @@
 
 namespace fc::pipeline {
 
-inline constexpr std::uint64_t kTlsStreamBit = 1ull << 62;
-
 class CaptureFeed {
  public:
   explicit CaptureFeed(Pipeline& pipeline) : pipeline_(pipeline) {}

@@ -6,12 +6,14 @@
 
 #include "kafka/kafka.h"
 #include "objstore/objstore.h"
+#include "opaque/opaque.h"
 
 namespace fc::pipeline {
 
 const char* role_name(Role role) {
   switch (role) {
     case Role::kKafka: return "kafka";
+    case Role::kKafkaOpaque: return "kafka-opaque";
     case Role::kObjectStoreHttp: return "object-store-http";
     case Role::kObjectStoreOpaque: return "object-store-opaque";
     case Role::kOther: return "other";
@@ -75,7 +77,9 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     std::uint16_t peer_port = 0;
     std::string peer_ip;
     bool opened = false;
+    bool kafka_checked = false;  // the first bytes of a Kafka-port connection were looked at
     std::unique_ptr<objstore::HttpConnection> http;
+    std::unique_ptr<opaque::CycleRecognizer> cycles;
     std::unique_ptr<objstore::TlsCycleEstimator> tls;
   };
   std::unordered_map<std::uint64_t, Conn> conns;
@@ -277,9 +281,9 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
   }
 
   Role classify(Conn& conn, const Piece& p) {
-    if (contains(config.kafka_ports, conn.local_port)) return Role::kKafka;
     std::span<const std::uint8_t> first;
     if (!p.captured.empty() && p.captured.front().position == p.position) first = p.captured.front().bytes;
+    if (contains(config.kafka_ports, conn.local_port)) return kafka_role(conn, p, first);
     if (first.empty()) return Role::kUnknown;  // length-only pieces before anything readable
     const bool store_endpoint =
         endpoints.port_matches(conn.peer_port) || endpoints.address_matches(conn.peer_ip);
@@ -299,6 +303,23 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     return looks_like_tls_record(first) ? Role::kOther : Role::kKafka;
   }
 
+  // A Kafka-port connection whose client speaks TLS records (a Kafka frame never starts with
+  // 0x14-0x17 0x03: that would be a >300 MB request) is opaque unless its plaintext shows up
+  // (the TLS library is hooked: its raw bytes then stop coming, see capture_feed.h).
+  Role kafka_role(Conn& conn, const Piece& p, std::span<const std::uint8_t> first) {
+    if (!first.empty()) conn.kafka_checked = true;
+    return p.to_target && looks_like_tls_record(first) ? Role::kKafkaOpaque : Role::kKafka;
+  }
+
+  // The plaintext of connection `id` arrives (its TLS library is hooked): not opaque after all.
+  void readable(std::uint64_t id) {
+    auto it = conns.find(id);
+    if (it == conns.end() || it->second.role != Role::kKafkaOpaque) return;
+    it->second.cycles.reset();
+    it->second.role = Role::kOther;
+    attributor.forget_opaque(id);
+  }
+
   void start_role(std::uint64_t id, Conn& conn, Role role) {
     conn.role = role;
     switch (role) {
@@ -306,6 +327,26 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
         ++stats.kafka_connections;
         if (conn.opened) decoder.open(id, now_ns);
         break;
+      case Role::kKafkaOpaque: {
+        ++stats.opaque_kafka_connections;
+        opaque::CycleCallbacks callbacks;
+        const std::string peer = conn.peer_ip;
+        callbacks.on_open = [this, peer](std::uint64_t connection, std::uint64_t request_ns) {
+          attributor.on_opaque_open(connection, peer, request_ns);
+        };
+        callbacks.on_cycle = [this](const opaque::Cycle& c) {
+          ++stats.opaque_kafka_cycles;
+          attribution::OpaqueCycle oc;
+          oc.connection = c.connection;
+          oc.request_ns = c.request_ns;
+          oc.response_start_ns = c.response_start_ns;
+          oc.response_end_ns = c.response_end_ns;
+          oc.response_bytes = c.response_plaintext;
+          attributor.on_opaque_cycle(oc);
+        };
+        conn.cycles = std::make_unique<opaque::CycleRecognizer>(id, std::move(callbacks));
+        break;
+      }
       case Role::kObjectStoreHttp: {
         ++stats.object_store_connections;
         objstore::HttpOptions options;
@@ -349,6 +390,12 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
           conn.http->on_piece(dir, pos, len, b, p.time_ns, p.thread_id);
         });
         if (moved) moved_on(id, p.thread_id, p.thread_name, p.time_ns);
+        break;
+      }
+      case Role::kKafkaOpaque: {
+        std::span<const std::uint8_t> first;
+        if (!p.captured.empty() && p.captured.front().position == p.position) first = p.captured.front().bytes;
+        conn.cycles->on_piece(p.to_target, p.position, p.length, first, p.time_ns);
         break;
       }
       case Role::kObjectStoreOpaque: {
@@ -412,6 +459,16 @@ void Pipeline::piece(const Piece& p) {
   auto [it, fresh] = impl_->conns.try_emplace(p.connection);
   Impl::Conn& conn = it->second;
   if (fresh) ++impl_->stats.connections;
+  if (p.connection & kTlsStreamBit) impl_->readable(p.connection & ~kTlsStreamBit);
+  if (conn.role == Role::kKafka && !conn.kafka_checked) {
+    // Kafka by its port before a byte was seen: its first bytes may still show TLS.
+    std::span<const std::uint8_t> first;
+    if (!p.captured.empty() && p.captured.front().position == p.position) first = p.captured.front().bytes;
+    if (impl_->kafka_role(conn, p, first) == Role::kKafkaOpaque) {
+      impl_->decoder.close(p.connection, p.time_ns);
+      impl_->start_role(p.connection, conn, Role::kKafkaOpaque);
+    }
+  }
   if (conn.role == Role::kUnknown) {
     const Role role = impl_->classify(conn, p);
     if (role == Role::kUnknown) return;  // length-only pieces before anything readable
@@ -429,6 +486,7 @@ void Pipeline::close(std::uint64_t connection, std::uint64_t time_ns) {
     impl_->decoder.close(connection, time_ns);
     impl_->attributor.close_connection(connection, time_ns);
   }
+  if (conn.cycles) conn.cycles->close(time_ns);
   if (conn.http && conn.http->has_pending()) {
     auto& held = impl_->closing[connection];
     if (held.http) held.http->close(held.closed_ns);  // the id was reused meanwhile
@@ -445,8 +503,10 @@ void Pipeline::tick(std::uint64_t now_ns) {
   impl_->decoder.close_gaps(now_ns);
   impl_->decoder.expire(now_ns);
   // Cycles that went quiet first, so that expire() can settle them with the fetches they belong to.
-  for (auto& [id, conn] : impl_->conns)
+  for (auto& [id, conn] : impl_->conns) {
     if (conn.tls) conn.tls->flush_if_idle(now_ns, 50'000'000);
+    if (conn.cycles) conn.cycles->flush_if_idle(now_ns, 50'000'000);
+  }
   impl_->expire_closing(now_ns, false);
   impl_->attributor.expire(now_ns);
   impl_->sensors.expire_idle(now_ns);

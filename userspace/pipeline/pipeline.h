@@ -1,7 +1,10 @@
 // pipeline: the data path inside fetchcostd, from socket pieces to priced sensors.
 //
-//   pieces of each connection ─► role (Kafka client / object store HTTP / opaque TLS / other)
+//   pieces of each connection ─► role (Kafka client / opaque Kafka client / object store HTTP /
+//                                       opaque TLS object store / other)
 //     Kafka client ─► kafka::Decoder ─► attribution (fetches, groups)
+//     opaque Kafka client (TLS records on a Kafka port, plaintext never seen)
+//                  ─► opaque::CycleRecognizer ─► attribution (request cycles, identity peer:<ip>)
 //     object store ─► objstore::HttpConnection | TlsCycleEstimator ─► attribution (reads)
 //   attribution ─► cost::CostMeter ─► sensors::SensorTable, export::Ledger, export::AuditLog
 //
@@ -41,7 +44,18 @@ struct PipelineConfig {
   bool unix_timestamps = false;
 };
 
-enum class Role : std::uint8_t { kUnknown, kKafka, kObjectStoreHttp, kObjectStoreOpaque, kOther };
+// A connection id with this bit set is the TLS plaintext stream of the connection without it
+// (capture_feed.h): its plaintext shows the connection is readable, not opaque.
+inline constexpr std::uint64_t kTlsStreamBit = 1ull << 62;
+
+enum class Role : std::uint8_t {
+  kUnknown,
+  kKafka,
+  kKafkaOpaque,  // a Kafka client's TLS connection whose plaintext is not seen
+  kObjectStoreHttp,
+  kObjectStoreOpaque,
+  kOther
+};
 const char* role_name(Role role);
 
 // One contiguous captured range of a call, in stream coordinates.
@@ -68,6 +82,8 @@ struct PipelineStats {
   std::uint64_t kafka_connections = 0;
   std::uint64_t object_store_connections = 0;
   std::uint64_t opaque_connections = 0;
+  std::uint64_t opaque_kafka_connections = 0;  // Kafka client connections seen only as TLS
+  std::uint64_t opaque_kafka_cycles = 0;       // their request/response cycles
   std::uint64_t object_reads = 0;
   std::uint64_t opaque_cycles_not_reads = 0;  // estimated cycles written by non-reader threads
   std::uint64_t http_retried_requests = 0;  // unanswered requests retried on another connection

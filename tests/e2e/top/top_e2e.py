@@ -26,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 scenario = SourceFileLoader("scenario", os.path.join(REPO, "tools", "scenario")).load_module()
 
 COLUMNS = ["client_id", "group_id", "cost_per_hour", "total_cost", "bytes_per_s", "gets_per_s",
-           "bytes_per_get", "read_amp", "p99_s", "topics", "flags"]
+           "bytes_per_get", "read_amp", "p99_s", "topics", "flags", "identity"]
 
 
 def fail(msg):
@@ -223,6 +223,8 @@ def main():
             fail("the sort column ($/h, descending) is not marked in the header")
         if not all(len(l) <= 80 for l in screen.splitlines()):
             fail("a line is wider than 80 columns")
+        if not re.search(r"FLAGS +BY", screen) or not re.search(r"[S.][M.][E.][T.]B +cid", screen):
+            fail("the identity column (BY: cid for a client-id) is missing:\n" + screen)
         if "drops" not in screen or "probes" not in screen or "unattributed" not in screen:
             fail("the header lacks drops / probes / unattributed share")
         scanner_line = table_rows(screen)[0]
@@ -301,6 +303,10 @@ def main():
             scanner = [r for r in rows if r["client_id"] == "scanner-kcat"]
             if not scanner or "BUDGET" not in scanner[0]["flags"]:
                 fail(f"--once lacks the scanner or its BUDGET flag: {rows}")
+            # Plaintext listener: every client is known by its client-id (peers: opaque TLS only).
+            if any(r["identity"] != ("-" if r["client_id"] == "__unattributed__" else "client-id")
+                   for r in rows):
+                fail(f"--once identity column: {rows}")
             if not any(c.startswith("# totals cost_per_hour=") for c in comments):
                 fail(f"--once lacks the totals comment: {comments}")
         print("--once: ok", [(r["client_id"], r["cost_per_hour"]) for r in outs[0][1]])

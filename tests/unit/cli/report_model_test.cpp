@@ -45,9 +45,9 @@ TEST_CASE("report: hours overlapping [from, to), summed per client/group/topic o
 
   const auto csv = render_report(r, ReportFormat::kCsv);
   CHECK(
-      csv.starts_with("client_id,group_id,topic,bytes,requests,errors,cost_USD\n"
-                      "scanner,,scan,1600,4,0,0.410000\n"));
-  CHECK(csv.find("TOTAL,,,1610,5,0,0.411000\n") != std::string::npos);
+      csv.starts_with("client_id,group_id,topic,bytes,requests,errors,cost_USD,identity\n"
+                      "scanner,,scan,1600,4,0,0.410000,client-id\n"));
+  CHECK(csv.find("TOTAL,,,1610,5,0,0.411000,\n") != std::string::npos);
   const auto json = nlohmann::json::parse(render_report(r, ReportFormat::kJson));
   CHECK(json["total"]["bytes"] == 1610);
   CHECK(json["lines"].size() == 2);
@@ -55,6 +55,28 @@ TEST_CASE("report: hours overlapping [from, to), summed per client/group/topic o
   const auto table = render_report(r, ReportFormat::kTable);
   CHECK(table.find("TOTAL") != std::string::npos);
   CHECK(table.find("analytics-1") != std::string::npos);
+}
+
+TEST_CASE("report: each row says what its client is — a client-id, a peer address, or nobody") {
+  const std::int64_t h = 490'000;
+  std::vector<LedgerBucket> buckets = {
+      bucket(h, "analytics-1", "analytics", "scan", "exact", 300, 3, 0.3, 0.0),
+      bucket(h, "peer:10.77.0.11", "", "scan", "estimated", 200, 2, 0.2, 0.0),
+      bucket(h, "__unattributed__", "", "scan", "exact", 100, 1, 0.1, 0.0),
+  };
+  const Report r = aggregate(buckets, h * 3600, (h + 1) * 3600, "USD");
+  REQUIRE(r.lines.size() == 3);
+  CHECK(r.lines[0].identity == "client-id");
+  CHECK(r.lines[1].identity == "peer");
+  CHECK(r.lines[2].identity == "-");
+  const auto csv = render_report(r, ReportFormat::kCsv);
+  CHECK(csv.find("peer:10.77.0.11,,scan,200,2,0,0.200000,peer\n") != std::string::npos);
+  const auto json = nlohmann::json::parse(render_report(r, ReportFormat::kJson));
+  CHECK(json["lines"][1]["identity"] == "peer");
+  CHECK_FALSE(json["total"].contains("identity"));
+  const auto table = render_report(r, ReportFormat::kTable);
+  CHECK(table.find(" BY") != std::string::npos);
+  CHECK(table.find("peer") != std::string::npos);
 }
 
 TEST_CASE("ledger documents parse (ledger.json and /api/v1/report have the same buckets)") {

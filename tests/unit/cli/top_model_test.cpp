@@ -70,6 +70,23 @@ TEST_CASE("a counter that goes down (daemon restart) counts from zero, never neg
   CHECK(rows[0].cost_per_hour == doctest::Approx(0.01 * 3600));
 }
 
+TEST_CASE("each row says what its client is: a client-id, a peer address, or nobody") {
+  Snapshot b;
+  b.sensors = {sensor("analytics-1", "t", 10, 1, 0.1), sensor("peer:10.77.0.11", "t", 20, 2, 0.2),
+               sensor("__unattributed__", "t", 5, 1, 0.05)};
+  TopModel model;
+  auto rows = model.update(nullptr, b);
+  REQUIRE(rows.size() == 3);
+  sort_rows(rows, Column::kIdentity, false);
+  CHECK(rows[0].identity == "-");
+  CHECK(rows[1].identity == "client-id");
+  CHECK(rows[1].client_id == "analytics-1");
+  CHECK(rows[2].identity == "peer");
+  CHECK(rows[2].client_id == "peer:10.77.0.11");
+  CHECK(*parse_column("identity") == Column::kIdentity);
+  CHECK(std::string(column_title(Column::kIdentity)) == "BY");
+}
+
 TEST_CASE("p99 from per-bucket counts, as Prometheus' histogram_quantile") {
   const std::vector<double> bounds = {0.01, 0.1, 1.0};
   // 100 samples: 90 in (0, 0.01], 9 in (0.01, 0.1], 1 in (0.1, 1]
@@ -181,7 +198,9 @@ TEST_CASE("--once output: comments, a fixed header, whitespace-free fields") {
   rows[0].cost_per_hour = 0.5;
   rows[0].topics = {"t1", "t2"};
   rows[0].flags = kFlagScan | kFlagErr;
+  rows[0].identity = "client-id";
   rows[1].client_id = "__unattributed__";
+  rows[1].identity = "-";
   rows[1].bytes = 100;
   rows[0].bytes = 300;
   const std::string text = render_once(rows, s, 2.0);
@@ -202,9 +221,9 @@ TEST_CASE("--once output: comments, a fixed header, whitespace-free fields") {
   REQUIRE(table.size() == 3);
   CHECK(table[0] == std::vector<std::string>{"client_id", "group_id", "cost_per_hour", "total_cost",
                                              "bytes_per_s", "gets_per_s", "bytes_per_get",
-                                             "read_amp", "p99_s", "topics", "flags"});
+                                             "read_amp", "p99_s", "topics", "flags", "identity"});
   CHECK(table[1] == std::vector<std::string>{"has_space", "-", "0.500000", "0.000000", "0", "0.00",
-                                             "0", "0.00", "-", "t1,t2", "SCAN,ERR"});
+                                             "0", "0.00", "-", "t1,t2", "SCAN,ERR", "client-id"});
   CHECK(table[2][0] == "__unattributed__");
 }
 

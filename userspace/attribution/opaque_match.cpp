@@ -1,0 +1,178 @@
+// Reads no readable fetch took → the opaque client connection whose request cycle was open
+// across them (rules in attribution.h).
+#include "attribution/opaque_match.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+namespace fc::attribution {
+namespace {
+
+std::string partition_of(const ObjectRead& read) {
+  std::string_view name = read.topic.empty() ? read.topic_id : read.topic;
+  if (name.empty()) return {};
+  std::string key(name);
+  key.push_back('\0');
+  key.append(std::to_string(read.partition));
+  return key;
+}
+
+}  // namespace
+
+void OpaqueMatcher::open(std::uint64_t connection, std::string_view peer,
+                         std::uint64_t request_ns) {
+  if (peer.empty()) return;  // no identity to give its reads
+  active_ = true;
+  Conn& conn = conns_[connection];
+  conn.peer = std::string(peer);
+  Cycle c;
+  c.request_ns = request_ns;
+  conn.cycles.push_back(c);
+}
+
+void OpaqueMatcher::cycle(const OpaqueCycle& oc) {
+  auto it = conns_.find(oc.connection);
+  if (it == conns_.end()) return;  // never opened (no peer address)
+  auto& cycles = it->second.cycles;
+  auto c = std::find_if(cycles.rbegin(), cycles.rend(), [&](const Cycle& c) {
+    return !c.complete && c.request_ns == oc.request_ns;
+  });
+  if (c == cycles.rend()) return;
+  c->complete = true;
+  c->response_start_ns = oc.response_start_ns;
+  c->response_end_ns = oc.response_end_ns;
+  c->capacity = oc.response_bytes;
+}
+
+void OpaqueMatcher::forget(std::uint64_t connection) {
+  conns_.erase(connection);
+}
+
+void OpaqueMatcher::hold(const ObjectRead& read) {
+  Held h{read, std::string(read.object_key), std::string(read.topic), std::string(read.topic_id)};
+  held_.push_back(std::move(h));
+}
+
+std::vector<OpaqueMatcher::Candidate> OpaqueMatcher::candidates(const ObjectRead& read,
+                                                                bool* pending) {
+  std::vector<Candidate> out;
+  for (auto& [id, conn] : conns_) {
+    // The connection's last cycle that started before the read: cycles of one connection do not
+    // overlap, so it is the only one that can be open across it.
+    auto c = std::find_if(conn.cycles.rbegin(), conn.cycles.rend(),
+                          [&](const Cycle& c) { return c.request_ns <= read.start_ns; });
+    if (c == conn.cycles.rend()) continue;
+    if (!c->complete) {
+      *pending = true;
+      continue;
+    }
+    if (c->response_start_ns == 0 || c->response_start_ns < read.end_ns) continue;
+    out.push_back({id, &*c});
+  }
+  return out;
+}
+
+bool OpaqueMatcher::continues(const Task& task, const std::string& partition,
+                              const ObjectRead& read) {
+  if (task.partition != partition) return false;
+  if (read.segment_base_offset < 0 || task.segment < 0) return true;
+  return task.segment == read.segment_base_offset &&
+         (task.range_last < 0 || read.range_first < 0 || read.range_first == task.range_last + 1);
+}
+
+void OpaqueMatcher::expire(std::uint64_t now_ns) {
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    auto& cycles = it->second.cycles;
+    while (!cycles.empty()) {
+      const Cycle& c = cycles.front();
+      const std::uint64_t last = c.complete ? std::max(c.request_ns, c.response_end_ns)
+                                            : c.request_ns + options_.max_pending_ns;
+      if (last + options_.opaque_retain_ns >= now_ns) break;
+      cycles.pop_front();
+    }
+    it = cycles.empty() ? conns_.erase(it) : std::next(it);
+  }
+  if (by_thread_.size() > 100'000) by_thread_.clear();  // thread ids churned
+  if (partition_reader_.size() > 100'000) partition_reader_.clear();
+}
+
+void OpaqueMatcher::settle(std::uint64_t now_ns, const Decide& decide) {
+  if (held_.empty()) {
+    if (now_ns != ~0ull) expire(now_ns);
+    return;
+  }
+  std::stable_sort(held_.begin(), held_.end(), [](const Held& a, const Held& b) {
+    return a.read.start_ns < b.read.start_ns;
+  });
+  for (Held& h : held_) {  // views into the held copies (moved since they were held)
+    h.read.object_key = h.key;
+    h.read.topic = h.topic;
+    h.read.topic_id = h.topic_id;
+  }
+  std::size_t done = 0;
+  for (; done < held_.size(); ++done) {
+    const ObjectRead& read = held_[done].read;
+    const bool all = now_ns == ~0ull;
+    if (!all && read.end_ns + options_.estimate_settle_ns > now_ns) break;
+    bool pending = false;
+    std::vector<Candidate> cands = candidates(read, &pending);
+    if (pending && !all && read.end_ns + options_.opaque_hold_ns > now_ns) break;
+    const std::string partition = partition_of(read);
+
+    const Candidate* pick = nullptr;
+    if (auto t = by_thread_.find(read.thread_id);
+        t != by_thread_.end() && continues(t->second, partition, read)) {
+      for (const Candidate& c : cands)
+        if (c.connection == t->second.connection && c.cycle->request_ns == t->second.request_ns)
+          pick = &c;
+    }
+    if (!pick) {
+      // The task's bytes: this read and the held ones its thread reads next that continue it.
+      std::uint64_t task_bytes = read.succeeded() ? read.body_bytes : 0;
+      Task chain{0, 0, partition, read.segment_base_offset, read.range_last};
+      for (std::size_t j = done + 1; j < held_.size(); ++j) {
+        const ObjectRead& next = held_[j].read;
+        if (next.thread_id != read.thread_id) continue;
+        const std::string p = partition_of(next);
+        if (!continues(chain, p, next)) break;
+        if (next.succeeded()) task_bytes += next.body_bytes;
+        chain.segment = next.segment_base_offset;
+        chain.range_last = next.range_last;
+      }
+      const auto reader = partition.empty() ? partition_reader_.end()
+                                            : partition_reader_.find(partition);
+      std::tuple<bool, bool, double> best{};
+      for (const Candidate& c : cands) {
+        const std::uint64_t room =
+            c.cycle->capacity > c.cycle->assigned ? c.cycle->capacity - c.cycle->assigned : 0;
+        const double fit = task_bytes == 0 ? (room > 0 ? 1.0 : 0.0)
+                                           : static_cast<double>(room) / task_bytes;
+        if (fit < options_.opaque_min_fit) continue;  // its answer did not carry these bytes
+        std::tuple<bool, bool, double> rank{
+            reader != partition_reader_.end() && reader->second == c.connection,
+            c.cycle->reads == 0, -std::abs(std::log(fit))};
+        if (!pick || rank > best) {
+          pick = &c;
+          best = rank;
+        }
+      }
+    }
+    if (!pick) {
+      by_thread_.erase(read.thread_id);
+      decide(read, nullptr);
+      continue;
+    }
+    Cycle& cycle = *pick->cycle;
+    if (read.succeeded()) cycle.assigned += read.body_bytes;
+    ++cycle.reads;
+    by_thread_[read.thread_id] = Task{pick->connection, cycle.request_ns, partition,
+                                      read.segment_base_offset, read.range_last};
+    if (!partition.empty()) partition_reader_[partition] = pick->connection;
+    decide(read, &conns_.at(pick->connection).peer);
+  }
+  held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(done));
+  if (now_ns != ~0ull) expire(now_ns);
+}
+
+}  // namespace fc::attribution
