@@ -35,6 +35,7 @@ struct PendingPartition {
 
 struct PendingFetch {
   std::uint64_t connection = 0;
+  std::uint32_t process = 0;  // the broker process that received it; 0: unknown
   std::int32_t correlation_id = 0;
   std::string client_id;
   std::string peer;
@@ -88,6 +89,7 @@ struct Attributor::Impl {
   };
   std::unordered_map<std::uint32_t, Affinity> by_thread;
   std::unordered_map<std::uint64_t, std::string> peers;
+  std::unordered_map<std::uint64_t, std::uint32_t> processes;  // client connection → broker
   std::uint64_t latest_ns = 0;        // the newest time seen in any input
   std::vector<ObjectRead> estimates;  // estimated reads not settled yet (no views inside)
   // Failed exact GETs not decided yet, with their own copies of what the read's views named.
@@ -220,6 +222,7 @@ struct Attributor::Impl {
     if (fetch.parts.empty()) return;
     fetch.client_id = request.client_id;
     if (auto peer = peers.find(request.connection); peer != peers.end()) fetch.peer = peer->second;
+    if (auto p = processes.find(request.connection); p != processes.end()) fetch.process = p->second;
 
     if (fetches.size() >= options.max_pending) {
       ++counters.pending_evicted;
@@ -251,6 +254,11 @@ struct Attributor::Impl {
     return continues_task && timed_out;
   }
 
+  // Only the broker process that received a fetch reads for it (unknown on either side: any).
+  static bool same_process(const PendingFetch& fetch, const ObjectRead& read) {
+    return fetch.process == 0 || read.process == 0 || fetch.process == read.process;
+  }
+
   static bool names_partition(const PendingPartition& part, const ObjectRead& read) {
     return part.partition == read.partition &&
            (part.topic == read.topic || (!read.topic_id.empty() && part.topic_id == read.topic_id));
@@ -266,7 +274,7 @@ struct Attributor::Impl {
         read.segment_base_offset < 0 || a.segment < 0 ||
         (a.segment == read.segment_base_offset &&
          (a.range_last < 0 || read.range_first < 0 || read.range_first == a.range_last + 1));
-    if (same_task && names_partition(a.fetch->parts[a.part], read) &&
+    if (same_task && same_process(*a.fetch, read) && names_partition(a.fetch->parts[a.part], read) &&
         a.fetch->request_ns <= read.start_ns &&
         before_answer(*a.fetch, a.fetch->parts[a.part], read, /*continues_task=*/true))
       return a;
@@ -299,7 +307,7 @@ struct Attributor::Impl {
     std::optional<Affinity> best;
     int best_rank = -1;
     for (FetchIt fetch : *bucket) {  // bucket is in arrival order
-      if (fetch->request_ns > read.start_ns) continue;
+      if (fetch->request_ns > read.start_ns || !same_process(*fetch, read)) continue;
       for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
         const auto& part = fetch->parts[i];
         if (!matches(part) || !before_answer(*fetch, part, read, false)) continue;
@@ -323,7 +331,7 @@ struct Attributor::Impl {
   // response shows the broker read remotely for it. A fetch answered from the local log only, or
   // with nothing, made no GET (it would otherwise soak up FIFO matches).
   static bool estimate_window(const PendingFetch& fetch, const ObjectRead& read) {
-    if (fetch.request_ns > read.start_ns) return false;
+    if (fetch.request_ns > read.start_ns || !same_process(fetch, read)) return false;
     if (fetch.answered_ns != 0 && read.end_ns > fetch.answered_ns) return false;
     if (!fetch.response_seen) return true;
     for (const auto& part : fetch.parts)
@@ -562,6 +570,7 @@ struct Attributor::Impl {
       while (it != open.begin()) {  // of a GET in this fetch's segment or a later one
         --it;
         const ObjectRead& r = failures[it->second].read;
+        if (!same_process(fetch, r)) continue;
         if (r.segment_base_offset < 0 ||
             fetch.parts[answer.part].fetch_offset >= r.segment_base_offset) {
           out[it->second] = answer;
@@ -635,6 +644,10 @@ void Attributor::set_peer(std::uint64_t connection, std::string_view peer) {
   impl_->peers[connection] = std::string(peer);
 }
 
+void Attributor::set_process(std::uint64_t connection, std::uint32_t process) {
+  if (process != 0) impl_->processes[connection] = process;
+}
+
 void Attributor::on_request(const kafka::Exchange& request) {
   if (request.api_key != kafka::api::kFetch || !request.body_decoded) return;
   impl_->latest_ns = std::max(impl_->latest_ns, request.request_time_ns);
@@ -687,9 +700,9 @@ void Attributor::on_object_read(const ObjectRead& read) {
 void Attributor::expect_estimates() {}
 
 void Attributor::on_opaque_open(std::uint64_t connection, std::string_view peer,
-                                std::uint64_t request_ns) {
+                                std::uint64_t request_ns, std::uint32_t process) {
   impl_->latest_ns = std::max(impl_->latest_ns, request_ns);
-  impl_->opaque.open(connection, peer, request_ns);
+  impl_->opaque.open(connection, peer, request_ns, process);
 }
 
 void Attributor::on_opaque_cycle(const OpaqueCycle& cycle) {
@@ -708,6 +721,7 @@ void Attributor::close_connection(std::uint64_t connection, std::uint64_t now_ns
       fetch.closed_ns = std::max<std::uint64_t>(now_ns, 1);
   }
   impl_->peers.erase(connection);
+  impl_->processes.erase(connection);
 }
 
 void Attributor::expire(std::uint64_t now_ns) {

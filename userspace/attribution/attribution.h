@@ -18,7 +18,9 @@
 // those answers (each had one failed GET inside its fetch's window), then to fetches answered
 // without their remote data, before the ranking below. Among
 // several candidates: fetches no other thread is reading first, then oldest first (the remote
-// reader pool is a FIFO queue). A partition is remote-eligible when its fetch offset is below
+// reader pool is a FIFO queue). A read is only ever matched to fetches the same broker process
+// received (when both processes are known: a restarted broker, or two brokers on one host with
+// the same topics, must not take each other's reads). A partition is remote-eligible when its fetch offset is below
 // the local log start (LocalTier) or when an exact GET proves it.
 //
 // Estimated reads (opaque connections: no key, no status) are held until settled, then decided in
@@ -74,6 +76,7 @@ class LocalTier {
 // One GET (or one estimated request/response cycle) on an object-store connection.
 struct ObjectRead {
   std::uint64_t connection = 0;
+  std::uint32_t process = 0;     // the broker process (tgid) that made the GET; 0: unknown
   std::uint32_t thread_id = 0;   // the broker thread that wrote the request
   std::uint64_t start_ns = 0;    // request written
   std::uint64_t end_ns = 0;      // response complete
@@ -179,6 +182,8 @@ class Attributor {
 
   // The peer address of a client connection (used when the client-id cannot be read).
   void set_peer(std::uint64_t connection, std::string_view peer);
+  // The broker process (tgid) a client connection belongs to (0 or never set: unknown).
+  void set_process(std::uint64_t connection, std::uint32_t process);
   void on_request(const kafka::Exchange& request);
   void on_exchange(const kafka::Exchange& exchange);
   // Successful exact reads are attributed at once; failed and estimated ones once settled
@@ -186,7 +191,8 @@ class Attributor {
   void on_object_read(const ObjectRead& read);
   // Opaque client connections: a cycle opened (its answer is still to come), a cycle completed,
   // and a connection found readable after all (its plaintext arrives: its cycles are dropped).
-  void on_opaque_open(std::uint64_t connection, std::string_view peer, std::uint64_t request_ns);
+  void on_opaque_open(std::uint64_t connection, std::string_view peer, std::uint64_t request_ns,
+                      std::uint32_t process = 0);
   void on_opaque_cycle(const OpaqueCycle& cycle);
   void forget_opaque(std::uint64_t connection);
   // Opaque object-store connections exist (kept for callers: answered fetches are kept anyway).

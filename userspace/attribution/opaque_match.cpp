@@ -21,11 +21,12 @@ std::string partition_of(const ObjectRead& read) {
 }  // namespace
 
 void OpaqueMatcher::open(std::uint64_t connection, std::string_view peer,
-                         std::uint64_t request_ns) {
+                         std::uint64_t request_ns, std::uint32_t process) {
   if (peer.empty()) return;  // no identity to give its reads
   active_ = true;
   Conn& conn = conns_[connection];
   conn.peer = std::string(peer);
+  conn.process = process;
   Cycle c;
   c.request_ns = request_ns;
   conn.cycles.push_back(c);
@@ -58,6 +59,7 @@ std::vector<OpaqueMatcher::Candidate> OpaqueMatcher::candidates(const ObjectRead
                                                                 bool* pending) {
   std::vector<Candidate> out;
   for (auto& [id, conn] : conns_) {
+    if (conn.process != 0 && read.process != 0 && conn.process != read.process) continue;
     // The connection's last cycle that started before the read: cycles of one connection do not
     // overlap, so it is the only one that can be open across it.
     auto c = std::find_if(conn.cycles.rbegin(), conn.cycles.rend(),

@@ -19,7 +19,8 @@ class OpaqueMatcher {
 
   // Opaque connections have been seen: unmatched reads wait for them.
   bool active() const { return active_; }
-  void open(std::uint64_t connection, std::string_view peer, std::uint64_t request_ns);
+  void open(std::uint64_t connection, std::string_view peer, std::uint64_t request_ns,
+            std::uint32_t process);
   void cycle(const OpaqueCycle& cycle);
   void forget(std::uint64_t connection);
   // Keeps a copy of the read (its views need not outlive the call).
@@ -42,6 +43,7 @@ class OpaqueMatcher {
   };
   struct Conn {
     std::string peer;
+    std::uint32_t process = 0;  // the broker process it talks to; 0: unknown
     std::deque<Cycle> cycles;  // request order
   };
   struct Held {

@@ -66,6 +66,7 @@ void CaptureFeed::on_event(const capture::EventView& event) {
   }
   Piece p;
   p.connection = id;
+  p.process = c.tgid;
   p.to_target = d.direction == FC_DIR_RECV;
   p.time_ns = c.timestamp_ns;
   p.thread_id = c.tid;

@@ -77,7 +77,8 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     std::uint16_t peer_port = 0;
     std::string peer_ip;
     bool opened = false;
-    bool kafka_checked = false;  // the first bytes of a Kafka-port connection were looked at
+    bool kafka_checked = false;
+    std::uint32_t process = 0;  // the broker process that owns it (first call seen); 0: unknown  // the first bytes of a Kafka-port connection were looked at
     std::unique_ptr<objstore::HttpConnection> http;
     std::unique_ptr<opaque::CycleRecognizer> cycles;
     std::unique_ptr<objstore::TlsCycleEstimator> tls;
@@ -226,6 +227,7 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     ++stats.object_reads;
     attribution::ObjectRead r;
     r.connection = g.connection;
+    if (auto c = conns.find(g.connection); c != conns.end()) r.process = c->second.process;
     r.thread_id = g.thread_id;
     r.start_ns = g.request_ns;
     r.end_ns = g.response_end_ns ? g.response_end_ns : g.response_start_ns;
@@ -332,7 +334,9 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
         opaque::CycleCallbacks callbacks;
         const std::string peer = conn.peer_ip;
         callbacks.on_open = [this, peer](std::uint64_t connection, std::uint64_t request_ns) {
-          attributor.on_opaque_open(connection, peer, request_ns);
+          auto c = conns.find(connection);
+          attributor.on_opaque_open(connection, peer, request_ns,
+                                    c != conns.end() ? c->second.process : 0);
         };
         callbacks.on_cycle = [this](const opaque::Cycle& c) {
           ++stats.opaque_kafka_cycles;
@@ -473,6 +477,10 @@ void Pipeline::piece(const Piece& p) {
     const Role role = impl_->classify(conn, p);
     if (role == Role::kUnknown) return;  // length-only pieces before anything readable
     impl_->start_role(p.connection, conn, role);
+  }
+  if (p.process != 0 && conn.process == 0) {  // reads match only fetches of the same broker
+    conn.process = p.process;
+    if (conn.role == Role::kKafka) impl_->attributor.set_process(p.connection, p.process);
   }
   impl_->feed(p.connection, conn, p);
 }

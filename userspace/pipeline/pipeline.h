@@ -67,6 +67,7 @@ struct Segment {
 // One socket call (or one TLS library call) as the capture layer saw it.
 struct Piece {
   std::uint64_t connection = 0;
+  std::uint32_t process = 0;  // the process (tgid) that made the call; 0: unknown (a pcap)
   bool to_target = true;  // received by the broker (requests from clients, responses from stores)
   std::uint64_t time_ns = 0;
   std::uint32_t thread_id = 0;

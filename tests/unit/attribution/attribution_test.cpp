@@ -691,3 +691,28 @@ TEST_CASE("a fetch whose client left still gets the task the broker had queued f
   CHECK(bytes.at("scanner") == 7000);
   CHECK(bytes.at("other") == 2000);
 }
+
+TEST_CASE("a read goes only to fetches its own broker process received") {
+  // A restarted broker (or a second broker on the host) reads the same topic/partition: the old
+  // process's fetch, still pending after its client closed, must not take the new one's GETs.
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  attributor.set_process(1, 100);  // the old broker's client
+  attributor.set_process(2, 200);  // the new broker's client
+  attributor.on_request(fetch(1, 7, "old-client", 100, {{"orders", 0, 0}}));
+  attributor.close_connection(1, 150);
+  attributor.on_request(fetch(2, 9, "new-client", 200, {{"orders", 0, 0}}));
+  auto read = get(31, 300, 400, "orders", 0, 0, 1 << 20);
+  read.process = 200;
+  attributor.on_object_read(read);
+  auto stray = get(32, 310, 410, "orders", 0, 0, 1 << 10);
+  stray.process = 300;  // a third process: no fetch of its own
+  attributor.on_object_read(stray);
+  auto unknown = get(33, 320, 420, "orders", 0, 0, 1 << 12);  // process unknown (a pcap): any
+  attributor.on_object_read(unknown);
+  attributor.expire(~0ull);
+  REQUIRE(sink.reads.size() == 3);
+  CHECK(sink.reads[0].client == "new-client");
+  CHECK(sink.reads[1].client == std::string(attribution::kUnattributed));
+  CHECK(sink.reads[2].client != std::string(attribution::kUnattributed));
+}

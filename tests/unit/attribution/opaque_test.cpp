@@ -192,3 +192,17 @@ TEST_CASE("a connection found readable after all gives no peer identity") {
   REQUIRE(sink.reads.size() == 1);
   CHECK(sink.reads[0].client == attribution::kUnattributed);
 }
+
+TEST_CASE("an opaque connection of another broker process never takes a read") {
+  RecordingSink sink;
+  attribution::Attributor a(sink, nullptr);
+  a.on_opaque_open(1, "10.0.0.1", ms(100), /*process=*/100);
+  attribution::OpaqueCycle c{1, ms(100), ms(400), ms(400), 1 << 20};
+  a.on_opaque_cycle(c);
+  auto read = get(31, ms(200), ms(300), "orders", 0, 64 << 10);
+  read.process = 200;
+  a.on_object_read(read);
+  a.expire(~0ull);
+  REQUIRE(sink.reads.size() == 1);
+  CHECK(sink.reads[0].client == attribution::kUnattributed);
+}
