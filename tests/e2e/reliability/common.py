@@ -159,23 +159,40 @@ def ledger_by_client(ledger):
     return out
 
 
-def settle(fc, world, clients, timeout=60):
-    """Waits until fetchcostd's figures for `clients` equal the ledger's (or the timeout);
-    returns (truth, seen). The ledger records a remote read task when the whole task ends, while
-    fetchcostd counts each GET as it completes: on a loaded machine (CI) a task still running
-    behind a slow s3rver kept fetchcostd ahead of the ledger for over 20 s, so wait long; a
-    matching run returns at once."""
+def settle(fc, world, clients, timeout=60, steady=1.0):
+    """Waits until the broker has no remote read in flight and fetchcostd's figures for `clients`
+    equal the ledger's, both unchanged for `steady` s (or the timeout); returns (truth, seen).
+    The ledger records a remote read task when the whole task ends, while fetchcostd counts each
+    GET as it completes, and a consumer that has exited may leave a prefetch the broker still
+    serves: equal figures mid-task (CI: fetchcostd ahead for > 20 s, or both at 60 of 65 GETs)
+    are not the end."""
     truth, seen = {}, {}
 
     def same():
         nonlocal truth, seen
-        led = ledger_by_client(world.admin("/ledger"))
+        ledger = world.admin("/ledger")
+        queued = world.admin("/stats")["remote_reads"]
+        idle = queued == sum(e["remote_reads"] for e in ledger["entries"])
+        led = ledger_by_client(ledger)
         truth = {c: led.get(c, (0, 0, 0)) for c in clients}
         got = fc.clients()
         seen = {c: got.get(c, (0, 0, 0)) for c in clients}
-        return truth == seen
+        return idle and truth == seen
 
-    wait_until(same, timeout, 0.5)
+    deadline = time.time() + timeout
+    steady_since = None
+    while time.time() < deadline:
+        try:
+            ok = same()
+        except Exception:
+            ok = False
+        if not ok:
+            steady_since = None
+        elif steady_since is None:
+            steady_since = time.time()
+        elif time.time() - steady_since >= steady:
+            break
+        time.sleep(0.25)
     return truth, seen
 
 
