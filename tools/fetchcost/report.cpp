@@ -86,7 +86,8 @@ void add_report_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "report", "Chargeback per client, group and topic (bytes, requests, cost) from the ledger");
   cmd->footer(
-      "The ledger keeps hourly buckets: a bucket counts when its hour overlaps [--from, --to).\n"
+      "The ledger keeps hourly buckets (daily ones for days older than ledger.hourly_days):\n"
+      "a bucket counts when its hour (or day) overlaps [--from, --to).\n"
       "Totals equal the sums of fetchcostd's /metrics counters over the same time (while no\n"
       "sensor has been folded into __other__ or expired).\n"
       "Times: now, unix seconds, -2h / -30m / -7d, or UTC 2026-11-29 / 2026-11-29T16:00:00Z.");

@@ -17,6 +17,7 @@ Result<std::vector<LedgerBucket>> parse_ledger(const nlohmann::json& doc) {
     for (const auto& r : doc.at("buckets")) {
       LedgerBucket b;
       b.hour = r.at("hour").get<std::int64_t>();
+      b.hours = r.value("hours", 1);
       b.client_id = r.at("client_id").get<std::string>();
       b.group_id = r.value("group_id", std::string());
       b.topic = r.at("topic").get<std::string>();
@@ -45,7 +46,7 @@ Report aggregate(const std::vector<LedgerBucket>& buckets, std::int64_t from, st
   report.total.client_id = "TOTAL";
   for (const auto& b : buckets) {
     const std::int64_t start = b.hour * 3600;
-    if (!(start + 3600 > from && start < to)) continue;
+    if (!(start + std::int64_t{b.hours} * 3600 > from && start < to)) continue;
     ReportLine& line = lines[{b.client_id, b.group_id, b.topic}];
     line.client_id = b.client_id;
     line.identity = identity_kind(b.client_id);

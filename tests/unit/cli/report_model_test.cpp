@@ -107,3 +107,18 @@ TEST_CASE("times: now, unix, relative, ISO-8601 UTC; errors say what is accepted
   CHECK(format_time(1767225600) == "2026-01-01T00:00:00Z");
   CHECK_FALSE(parse_report_format("xml").ok());
 }
+
+TEST_CASE("report: a day folded by the ledger's retention counts when the day overlaps") {
+  const std::int64_t day = 20'000 * 24;  // the first hour of some UTC day
+  LedgerBucket folded = bucket(day, "scanner", "", "scan", "exact", 5000, 50, 1, 1);
+  folded.hours = 24;
+  const std::vector<LedgerBucket> buckets = {folded};
+  // An hour in the middle of that day: the daily bucket (not only its first hour) overlaps it.
+  CHECK(aggregate(buckets, (day + 12) * 3600, (day + 13) * 3600, "USD").total.bytes == 5000);
+  CHECK(aggregate(buckets, (day + 24) * 3600, (day + 48) * 3600, "USD").total.bytes == 0);
+  CHECK(aggregate(buckets, (day - 24) * 3600, day * 3600, "USD").total.bytes == 0);
+  auto parsed = parse_ledger(nlohmann::json::parse(
+      R"({"buckets":[{"hour":1,"hours":24,"client_id":"c","topic":"t","bytes":1,"requests":1}]})"));
+  REQUIRE(parsed);
+  CHECK(parsed->at(0).hours == 24);
+}
