@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "pipeline/pipeline.h"
+#include "pipeline_feeder.h"
 
 using namespace fc;
 
@@ -13,29 +14,7 @@ namespace {
 const std::uint8_t kHandshake[] = {0x16, 0x03, 0x01, 0x02, 0x00};
 const std::uint8_t kAppData[] = {0x17, 0x03, 0x03, 0x40, 0x00};
 
-// Feeds one call of `length` bytes whose first bytes are `head`, keeping stream positions.
-struct Feeder {
-  pipeline::Pipeline& pipe;
-  std::uint64_t connection;
-  std::uint64_t sent = 0, received = 0;
-
-  void call(bool to_broker, std::uint64_t length, std::span<const std::uint8_t> head,
-            std::uint64_t t, std::uint32_t tid, std::string_view thread_name) {
-    std::uint64_t& position = to_broker ? received : sent;
-    const pipeline::Segment segment{position, head};
-    pipeline::Piece p;
-    p.connection = connection;
-    p.to_target = to_broker;
-    p.time_ns = t;
-    p.thread_id = tid;
-    p.thread_name = thread_name;
-    p.position = position;
-    p.length = length;
-    p.captured = std::span<const pipeline::Segment>(&segment, 1);
-    pipe.piece(p);
-    position += length;
-  }
-};
+using Feeder = testing::PipelineFeeder;
 
 struct Totals {
   std::uint64_t bytes = 0, requests = 0, errors = 0;

@@ -15,6 +15,7 @@
 #include "kafka/kafka.h"
 #include "objstore/objstore.h"
 #include "pipeline/pipeline.h"
+#include "pipeline_feeder.h"
 #include "sensors/sensors.h"
 
 using namespace fc;
@@ -104,28 +105,7 @@ bool valid_utf8_without_controls(std::string_view s) {
   return sensors::sanitize_label(s, 1 << 20) == s;
 }
 
-// One call of a connection, positions kept per direction.
-struct Feeder {
-  pipeline::Pipeline& pipe;
-  std::uint64_t connection;
-  std::uint64_t sent = 0, received = 0;
-  void call(bool to_broker, std::span<const std::uint8_t> bytes, std::uint64_t t,
-            std::uint32_t tid, std::string_view thread) {
-    std::uint64_t& position = to_broker ? received : sent;
-    const pipeline::Segment segment{position, bytes};
-    pipeline::Piece p;
-    p.connection = connection;
-    p.to_target = to_broker;
-    p.time_ns = t;
-    p.thread_id = tid;
-    p.thread_name = thread;
-    p.position = position;
-    p.length = bytes.size();
-    p.captured = std::span<const pipeline::Segment>(&segment, 1);
-    pipe.piece(p);
-    position += bytes.size();
-  }
-};
+using Feeder = testing::PipelineFeeder;
 
 }  // namespace
 
