@@ -12,8 +12,8 @@
 namespace fc::fuzz {
 
 struct Piece {
-  std::uint64_t pos = 0;  // stream position of the piece
-  std::size_t len = 0;    // input bytes it stands for
+  std::uint64_t pos = 0;                   // stream position of the piece
+  std::size_t len = 0;                     // input bytes it stands for
   std::span<const std::uint8_t> captured;  // its first bytes (all of them but for a hole)
 };
 

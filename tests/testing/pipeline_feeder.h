@@ -33,8 +33,8 @@ struct PipelineFeeder {
     position += length;
   }
   // One call whose bytes are all captured.
-  void call(bool to_broker, std::span<const std::uint8_t> bytes, std::uint64_t t,
-            std::uint32_t tid, std::string_view thread_name) {
+  void call(bool to_broker, std::span<const std::uint8_t> bytes, std::uint64_t t, std::uint32_t tid,
+            std::string_view thread_name) {
     call(to_broker, bytes.size(), bytes, t, tid, thread_name);
   }
 };

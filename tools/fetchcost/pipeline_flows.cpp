@@ -6,8 +6,8 @@ namespace fc::tools {
 
 void PipelineFlows::open(std::uint64_t connection, std::uint64_t ns, const FlowEnds& ends,
                          bool from_start) {
-  const bool kafka = std::find(kafka_ports_.begin(), kafka_ports_.end(), ends.server_port) !=
-                     kafka_ports_.end();
+  const bool kafka =
+      std::find(kafka_ports_.begin(), kafka_ports_.end(), ends.server_port) != kafka_ports_.end();
   broker_is_server_[connection] = kafka;
   const std::uint16_t local = kafka ? ends.server_port : ends.client_port;
   const std::uint16_t peer = kafka ? ends.client_port : ends.server_port;
@@ -43,6 +43,8 @@ void PipelineFlows::close(std::uint64_t connection, std::uint64_t ns) {
   broker_is_server_.erase(connection);
 }
 
-void PipelineFlows::end(std::uint64_t ns) { pipeline_.finish(ns); }
+void PipelineFlows::end(std::uint64_t ns) {
+  pipeline_.finish(ns);
+}
 
 }  // namespace fc::tools

@@ -13,8 +13,8 @@
 #include "export/export.h"
 #include "pcap_source.h"
 #include "pipeline/pipeline.h"
-#include "pipeline_flows.h"
 #include "pipeline/tier_view.h"
+#include "pipeline_flows.h"
 #include "sensors/sensors.h"
 #include "tier/tier.h"
 

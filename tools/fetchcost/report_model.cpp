@@ -98,14 +98,10 @@ std::string render_report(const Report& r, ReportFormat format) {
   if (format == ReportFormat::kJson) {
     nlohmann::json lines = nlohmann::json::array();
     auto to_json = [](const ReportLine& l) {
-      return nlohmann::json{{"client_id", l.client_id},
-                            {"group_id", l.group_id},
-                            {"topic", l.topic},
-                            {"bytes", l.bytes},
-                            {"requests", l.requests},
-                            {"errors", l.errors},
-                            {"cost", l.cost},
-                            {"identity", l.identity}};
+      return nlohmann::json{{"client_id", l.client_id}, {"group_id", l.group_id},
+                            {"topic", l.topic},         {"bytes", l.bytes},
+                            {"requests", l.requests},   {"errors", l.errors},
+                            {"cost", l.cost},           {"identity", l.identity}};
     };
     for (const auto& l : r.lines) lines.push_back(to_json(l));
     nlohmann::json total = to_json(r.total);

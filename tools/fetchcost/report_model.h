@@ -13,7 +13,7 @@ namespace fc::cli {
 
 struct LedgerBucket {
   std::int64_t hour = 0;  // unix seconds / 3600 of its start
-  int hours = 1;          // 1, or 24 for a day folded by the ledger's retention (ledger.hourly_days)
+  int hours = 1;  // 1, or 24 for a day folded by the ledger's retention (ledger.hourly_days)
   std::string client_id, group_id, topic, method;
   std::uint64_t bytes = 0, requests = 0, errors = 0;
   double cost_api = 0, cost_egress = 0;

@@ -316,7 +316,7 @@ void sort_rows(std::vector<ClientRow>& rows, Column column, bool descending) {
   std::stable_sort(rows.begin(), rows.end(), [&](const ClientRow& a, const ClientRow& b) {
     if (column == Column::kClient || column == Column::kGroup || column == Column::kIdentity) {
       auto text = [column](const ClientRow& r) -> const std::string& {
-        return column == Column::kClient ? r.client_id
+        return column == Column::kClient  ? r.client_id
                : column == Column::kGroup ? r.group_id
                                           : r.identity;
       };

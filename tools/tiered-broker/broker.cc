@@ -51,13 +51,22 @@ struct ApiRange {
 // What the simulator answers. librdkafka needs Produce >= 3 and Fetch >= 4 advertised before it
 // uses record batch v2 even as a pure consumer; Produce itself is never served.
 constexpr ApiRange kApis[] = {
-    {api::kProduce, 3, 8, 9},         {api::kFetch, 4, 17, 12},      {api::kListOffsets, 0, 9, 6},
-    {api::kMetadata, 0, 12, 9},       {api::kOffsetCommit, 0, 8, 8}, {api::kOffsetFetch, 0, 8, 6},
-    {api::kFindCoordinator, 0, 5, 3}, {api::kJoinGroup, 0, 9, 6},    {api::kHeartbeat, 0, 4, 4},
-    {api::kLeaveGroup, 0, 5, 4},      {api::kSyncGroup, 0, 5, 4},    {api::kApiVersions, 0, 3, 3},
+    {api::kProduce, 3, 8, 9},
+    {api::kFetch, 4, 17, 12},
+    {api::kListOffsets, 0, 9, 6},
+    {api::kMetadata, 0, 12, 9},
+    {api::kOffsetCommit, 0, 8, 8},
+    {api::kOffsetFetch, 0, 8, 6},
+    {api::kFindCoordinator, 0, 5, 3},
+    {api::kJoinGroup, 0, 9, 6},
+    {api::kHeartbeat, 0, 4, 4},
+    {api::kLeaveGroup, 0, 5, 4},
+    {api::kSyncGroup, 0, 5, 4},
+    {api::kApiVersions, 0, 3, 3},
     // Advertised only with --sasl-plain (SASL_PLAINTEXT): SaslHandshake then framed tokens in
     // SaslAuthenticate (what clients do after handshake v1; raw v0 tokens are not served).
-    {api::kSaslHandshake, 0, 1, 99},  {api::kSaslAuthenticate, 0, 1, 2},
+    {api::kSaslHandshake, 0, 1, 99},
+    {api::kSaslAuthenticate, 0, 1, 2},
 };
 static bool is_sasl(int16_t key) {
   return key == api::kSaslHandshake || key == api::kSaslAuthenticate;
@@ -506,7 +515,7 @@ class Broker {
   uint64_t next_member_ = 1;
 
   std::atomic<uint64_t> api_version_counts_[19][18] = {};  // [api key][version], for /stats
-  std::atomic<uint64_t> stat_sasl_[2] = {0, 0};  // SASL/PLAIN authentications ok, failed
+  std::atomic<uint64_t> stat_sasl_[2] = {0, 0};            // SASL/PLAIN authentications ok, failed
   std::atomic<uint64_t> stat_requests_{0}, stat_fetches_{0}, stat_remote_reads_{0},
       stat_remote_timeouts_{0}, stat_local_bytes_{0}, stat_remote_bytes_{0};
 };
@@ -951,15 +960,16 @@ nlohmann::json Broker::stats() {
     for (int v = 0; v < 18; ++v)
       if (uint64_t n = api_version_counts_[k][v].load())
         versions[std::string(names[k]) + " v" + std::to_string(v)] = n;
-  return {{"requests", stat_requests_.load()},
-          {"fetches", stat_fetches_.load()},
-          {"sasl_authentications", {{"ok", stat_sasl_[0].load()}, {"failed", stat_sasl_[1].load()}}},
-          {"remote_reads", stat_remote_reads_.load()},
-          {"remote_read_timeouts", stat_remote_timeouts_.load()},
-          {"local_bytes", stat_local_bytes_.load()},
-          {"remote_bytes", stat_remote_bytes_.load()},
-          {"connections", conns},
-          {"requests_by_api_version", versions}};
+  return {
+      {"requests", stat_requests_.load()},
+      {"fetches", stat_fetches_.load()},
+      {"sasl_authentications", {{"ok", stat_sasl_[0].load()}, {"failed", stat_sasl_[1].load()}}},
+      {"remote_reads", stat_remote_reads_.load()},
+      {"remote_read_timeouts", stat_remote_timeouts_.load()},
+      {"local_bytes", stat_local_bytes_.load()},
+      {"remote_bytes", stat_remote_bytes_.load()},
+      {"connections", conns},
+      {"requests_by_api_version", versions}};
 }
 
 void Broker::handle(Request& r) {
@@ -1049,8 +1059,9 @@ void Broker::sasl_authenticate(Request& r, Reader& rd) {
   }
   ResponseBuilder b(r.correlation_id, r.flexible, r.flexible);
   b.w.i16(ok ? err::kNone : err::kSaslAuthenticationFailed);
-  b.w.nstring(ok ? std::nullopt : std::optional<std::string>("Authentication failed: invalid "
-                                                               "username or password"));
+  b.w.nstring(ok ? std::nullopt
+                 : std::optional<std::string>("Authentication failed: invalid "
+                                              "username or password"));
   b.w.bytes("");
   if (r.api_version >= 1) b.w.i64(0);  // session lifetime: no re-authentication
   b.w.tags();

@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <map>
 #include <string>
 #include <thread>
 #include <vector>

@@ -80,8 +80,9 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds)->capture_default_str();
   app.add_option("--client-id", client_id)->capture_default_str();
   double rate = 0;
-  app.add_option("--rate", rate, "at most this many fetches per second in all (0: as fast as "
-                                 "the broker answers)")
+  app.add_option("--rate", rate,
+                 "at most this many fetches per second in all (0: as fast as "
+                 "the broker answers)")
       ->capture_default_str();
   uint64_t sent_total = 0;
   uint64_t client_ids = 0;
@@ -93,7 +94,8 @@ int main(int argc, char** argv) {
   uint64_t sent = 0;
   auto next_request = [&]() -> const std::string& {
     static std::string churned;
-    if (client_ids == 0) return req_fixed(client_id, topic, partition, offset, max_wait_ms, max_bytes);
+    if (client_ids == 0)
+      return req_fixed(client_id, topic, partition, offset, max_wait_ms, max_bytes);
     churned = fetch_request(client_id + "-" + std::to_string(sent++ % client_ids), topic, partition,
                             offset, max_wait_ms, max_bytes, 1);
     return churned;

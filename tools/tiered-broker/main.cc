@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "broker.h"
-#include "records.h"
 #include "ledger.h"
 #include "log.h"
+#include "records.h"
 #include "s3.h"
 
 namespace {
@@ -221,13 +221,19 @@ int main(int argc, char** argv) {
     res.set_content("ok\n", "text/plain");
   });
   admin.Get("/ledger", [&](const httplib::Request& req, httplib::Response& res) {
-    res.set_content(ledger.to_json(req.has_param("gets")).dump(2, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+    res.set_content(ledger.to_json(req.has_param("gets"))
+                        .dump(2, ' ', false, nlohmann::json::error_handler_t::replace),
+                    "application/json");
   });
   admin.Get("/stats", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(tb::broker_stats(broker.get()).dump(2, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+    res.set_content(tb::broker_stats(broker.get())
+                        .dump(2, ' ', false, nlohmann::json::error_handler_t::replace),
+                    "application/json");
   });
   admin.Get("/groups", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(tb::broker_groups(broker.get()).dump(2, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+    res.set_content(tb::broker_groups(broker.get())
+                        .dump(2, ' ', false, nlohmann::json::error_handler_t::replace),
+                    "application/json");
   });
   admin.Get("/topics", [&](const httplib::Request&, httplib::Response& res) {
     nlohmann::json topics = nlohmann::json::array();
@@ -306,7 +312,9 @@ int main(int argc, char** argv) {
   tb::stop_broker(broker.get());
   if (!ledger_file.empty()) {
     std::string tmp = ledger_file + ".tmp";
-    std::ofstream(tmp) << ledger.to_json(true).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    std::ofstream(tmp) << ledger.to_json(true).dump(2, ' ', false,
+                                                    nlohmann::json::error_handler_t::replace)
+                       << "\n";
     std::rename(tmp.c_str(), ledger_file.c_str());
   }
   return 0;

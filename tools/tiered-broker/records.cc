@@ -37,7 +37,9 @@ std::string& record_marker() {
 }
 }  // namespace
 
-void set_record_marker(std::string marker) { record_marker() = std::move(marker); }
+void set_record_marker(std::string marker) {
+  record_marker() = std::move(marker);
+}
 
 std::string message_value(const std::string& topic, int partition, int64_t offset,
                           size_t value_size) {

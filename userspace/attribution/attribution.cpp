@@ -90,7 +90,7 @@ struct Attributor::Impl {
   std::unordered_map<std::uint32_t, Affinity> by_thread;
   std::unordered_map<std::uint64_t, std::string> peers;
   std::unordered_map<std::uint64_t, std::uint32_t> processes;  // client connection → broker
-  std::uint64_t latest_ns = 0;        // the newest time seen in any input
+  std::uint64_t latest_ns = 0;                                 // the newest time seen in any input
   std::vector<ObjectRead> estimates;  // estimated reads not settled yet (no views inside)
   // Failed exact GETs not decided yet, with their own copies of what the read's views named.
   struct HeldFailure {
@@ -222,7 +222,8 @@ struct Attributor::Impl {
     if (fetch.parts.empty()) return;
     fetch.client_id = request.client_id;
     if (auto peer = peers.find(request.connection); peer != peers.end()) fetch.peer = peer->second;
-    if (auto p = processes.find(request.connection); p != processes.end()) fetch.process = p->second;
+    if (auto p = processes.find(request.connection); p != processes.end())
+      fetch.process = p->second;
 
     if (fetches.size() >= options.max_pending) {
       ++counters.pending_evicted;
@@ -274,8 +275,8 @@ struct Attributor::Impl {
         read.segment_base_offset < 0 || a.segment < 0 ||
         (a.segment == read.segment_base_offset &&
          (a.range_last < 0 || read.range_first < 0 || read.range_first == a.range_last + 1));
-    if (same_task && same_process(*a.fetch, read) && names_partition(a.fetch->parts[a.part], read) &&
-        a.fetch->request_ns <= read.start_ns &&
+    if (same_task && same_process(*a.fetch, read) &&
+        names_partition(a.fetch->parts[a.part], read) && a.fetch->request_ns <= read.start_ns &&
         before_answer(*a.fetch, a.fetch->parts[a.part], read, /*continues_task=*/true))
       return a;
     if (!same_task) a.fetch->parts[a.part].read_done = true;  // its task ended

@@ -20,8 +20,8 @@
 // several candidates: fetches no other thread is reading first, then oldest first (the remote
 // reader pool is a FIFO queue). A read is only ever matched to fetches the same broker process
 // received (when both processes are known: a restarted broker, or two brokers on one host with
-// the same topics, must not take each other's reads). A partition is remote-eligible when its fetch offset is below
-// the local log start (LocalTier) or when an exact GET proves it.
+// the same topics, must not take each other's reads). A partition is remote-eligible when its fetch
+// offset is below the local log start (LocalTier) or when an exact GET proves it.
 //
 // Estimated reads (opaque connections: no key, no status) are held until settled, then decided in
 // start order against the fetches whose window holds them (request arrived ≤ read start, read end ≤
@@ -134,7 +134,7 @@ struct Counters {
   std::uint64_t reads_estimated = 0;
   std::uint64_t reads_unattributed = 0;
   std::uint64_t reads_opaque_peer = 0;  // reads matched to an opaque client connection's cycle
-  std::uint64_t pending_evicted = 0;  // pending fetches dropped by the max_pending bound
+  std::uint64_t pending_evicted = 0;    // pending fetches dropped by the max_pending bound
 };
 
 struct Options {

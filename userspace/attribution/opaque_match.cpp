@@ -20,8 +20,8 @@ std::string partition_of(const ObjectRead& read) {
 
 }  // namespace
 
-void OpaqueMatcher::open(std::uint64_t connection, std::string_view peer,
-                         std::uint64_t request_ns, std::uint32_t process) {
+void OpaqueMatcher::open(std::uint64_t connection, std::string_view peer, std::uint64_t request_ns,
+                         std::uint32_t process) {
   if (peer.empty()) return;  // no identity to give its reads
   active_ = true;
   Conn& conn = conns_[connection];
@@ -104,9 +104,8 @@ void OpaqueMatcher::settle(std::uint64_t now_ns, const Decide& decide) {
     if (now_ns != ~0ull) expire(now_ns);
     return;
   }
-  std::stable_sort(held_.begin(), held_.end(), [](const Held& a, const Held& b) {
-    return a.read.start_ns < b.read.start_ns;
-  });
+  std::stable_sort(held_.begin(), held_.end(),
+                   [](const Held& a, const Held& b) { return a.read.start_ns < b.read.start_ns; });
   for (Held& h : held_) {  // views into the held copies (moved since they were held)
     h.read.object_key = h.key;
     h.read.topic = h.topic;
@@ -142,14 +141,14 @@ void OpaqueMatcher::settle(std::uint64_t now_ns, const Decide& decide) {
         chain.segment = next.segment_base_offset;
         chain.range_last = next.range_last;
       }
-      const auto reader = partition.empty() ? partition_reader_.end()
-                                            : partition_reader_.find(partition);
+      const auto reader =
+          partition.empty() ? partition_reader_.end() : partition_reader_.find(partition);
       std::tuple<bool, bool, double> best{};
       for (const Candidate& c : cands) {
         const std::uint64_t room =
             c.cycle->capacity > c.cycle->assigned ? c.cycle->capacity - c.cycle->assigned : 0;
-        const double fit = task_bytes == 0 ? (room > 0 ? 1.0 : 0.0)
-                                           : static_cast<double>(room) / task_bytes;
+        const double fit =
+            task_bytes == 0 ? (room > 0 ? 1.0 : 0.0) : static_cast<double>(room) / task_bytes;
         if (fit < options_.opaque_min_fit) continue;  // its answer did not carry these bytes
         std::tuple<bool, bool, double> rank{
             reader != partition_reader_.end() && reader->second == c.connection,

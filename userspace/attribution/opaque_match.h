@@ -44,7 +44,7 @@ class OpaqueMatcher {
   struct Conn {
     std::string peer;
     std::uint32_t process = 0;  // the broker process it talks to; 0: unknown
-    std::deque<Cycle> cycles;  // request order
+    std::deque<Cycle> cycles;   // request order
   };
   struct Held {
     ObjectRead read;

@@ -47,6 +47,8 @@ class [[nodiscard]] Result<void> {
   bool ok_ = true;
 };
 
-inline Error make_error(std::string message) { return Error{std::move(message)}; }
+inline Error make_error(std::string message) {
+  return Error{std::move(message)};
+}
 
 }  // namespace fc

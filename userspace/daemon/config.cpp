@@ -59,10 +59,14 @@ struct Reader {
   }
   template <typename T>
   static const char* describe() {
-    if constexpr (std::is_same_v<T, bool>) return "true or false";
-    else if constexpr (std::is_same_v<T, std::string>) return "a string";
-    else if constexpr (std::is_arithmetic_v<T>) return "a number";
-    else return "an array";
+    if constexpr (std::is_same_v<T, bool>)
+      return "true or false";
+    else if constexpr (std::is_same_v<T, std::string>)
+      return "a string";
+    else if constexpr (std::is_arithmetic_v<T>)
+      return "a number";
+    else
+      return "an array";
   }
 };
 
@@ -77,9 +81,10 @@ Result<Config> parse_config(std::string_view text) {
   }
   Config c;
   Reader r;
-  if (!r.check_keys(doc, "", {"listen", "targets", "kafka_ports", "object_store", "log_dirs",
-                              "price_table", "sensors", "state_dir", "ledger", "audit_log",
-                              "capture", "attribution_enabled", "budgets"}))
+  if (!r.check_keys(
+          doc, "",
+          {"listen", "targets", "kafka_ports", "object_store", "log_dirs", "price_table", "sensors",
+           "state_dir", "ledger", "audit_log", "capture", "attribution_enabled", "budgets"}))
     return make_error(r.error);
   r.get(doc, "listen", "listen", c.listen);
   r.get_ports(doc, "kafka_ports", "kafka_ports", c.kafka_ports);
@@ -87,7 +92,8 @@ Result<Config> parse_config(std::string_view text) {
   r.get(doc, "price_table", "price_table", c.price_table);
   r.get(doc, "state_dir", "state_dir", c.state_dir);
   r.get(doc, "attribution_enabled", "attribution_enabled", c.attribution_enabled);
-  if (doc.contains("targets") && r.check_keys(doc["targets"], "targets", {"pids", "cmdline_match", "cgroup"})) {
+  if (doc.contains("targets") &&
+      r.check_keys(doc["targets"], "targets", {"pids", "cmdline_match", "cgroup"})) {
     r.get(doc["targets"], "pids", "targets.pids", c.pids);
     r.get(doc["targets"], "cmdline_match", "targets.cmdline_match", c.cmdline_match);
     r.get(doc["targets"], "cgroup", "targets.cgroup", c.cgroup);
@@ -103,22 +109,27 @@ Result<Config> parse_config(std::string_view text) {
           c.virtual_host_suffixes);
   }
   if (doc.contains("sensors") &&
-      r.check_keys(doc["sensors"], "sensors", {"max_sensors", "idle_expiry_seconds", "partition_label"})) {
+      r.check_keys(doc["sensors"], "sensors",
+                   {"max_sensors", "idle_expiry_seconds", "partition_label"})) {
     r.get(doc["sensors"], "max_sensors", "sensors.max_sensors", c.max_sensors);
-    r.get(doc["sensors"], "idle_expiry_seconds", "sensors.idle_expiry_seconds", c.idle_expiry_seconds);
+    r.get(doc["sensors"], "idle_expiry_seconds", "sensors.idle_expiry_seconds",
+          c.idle_expiry_seconds);
     r.get(doc["sensors"], "partition_label", "sensors.partition_label", c.partition_label);
   }
-  if (doc.contains("ledger") && r.check_keys(doc["ledger"], "ledger", {"retention_days", "hourly_days"})) {
+  if (doc.contains("ledger") &&
+      r.check_keys(doc["ledger"], "ledger", {"retention_days", "hourly_days"})) {
     r.get(doc["ledger"], "retention_days", "ledger.retention_days", c.ledger_retention_days);
     r.get(doc["ledger"], "hourly_days", "ledger.hourly_days", c.ledger_hourly_days);
   }
-  if (doc.contains("audit_log") && r.check_keys(doc["audit_log"], "audit_log", {"path", "max_bytes", "keep"})) {
+  if (doc.contains("audit_log") &&
+      r.check_keys(doc["audit_log"], "audit_log", {"path", "max_bytes", "keep"})) {
     r.get(doc["audit_log"], "path", "audit_log.path", c.audit_log_path);
     r.get(doc["audit_log"], "max_bytes", "audit_log.max_bytes", c.audit_log_max_bytes);
     r.get(doc["audit_log"], "keep", "audit_log.keep", c.audit_log_keep);
   }
   if (doc.contains("capture") &&
-      r.check_keys(doc["capture"], "capture", {"ring_kib_per_cpu", "capture_bytes", "tls_libraries"})) {
+      r.check_keys(doc["capture"], "capture",
+                   {"ring_kib_per_cpu", "capture_bytes", "tls_libraries"})) {
     r.get(doc["capture"], "ring_kib_per_cpu", "capture.ring_kib_per_cpu", c.ring_kib_per_cpu);
     r.get(doc["capture"], "capture_bytes", "capture.capture_bytes", c.capture_bytes);
     r.get(doc["capture"], "tls_libraries", "capture.tls_libraries", c.tls_libraries);
@@ -158,8 +169,10 @@ Result<Config> parse_config(std::string_view text) {
   if (!(c.budgets.repeat_seconds >= 1))
     return make_error("config field \"budgets.repeat_seconds\": must be at least 1");
   if (!c.budgets.webhook.empty() && c.budgets.webhook.rfind("http://", 0) != 0)
-    return make_error("config field \"budgets.webhook\": expected an http://host:port/path URL "
-                      "(for https, point it at a local relay), got \"" + c.budgets.webhook + "\"");
+    return make_error(
+        "config field \"budgets.webhook\": expected an http://host:port/path URL "
+        "(for https, point it at a local relay), got \"" +
+        c.budgets.webhook + "\"");
   if (c.max_sensors < 1 || c.max_sensors > 10'000'000)
     return make_error("config field \"sensors.max_sensors\": must be from 1 to 10000000");
   if (c.idle_expiry_seconds <= 0)
@@ -169,7 +182,8 @@ Result<Config> parse_config(std::string_view text) {
   if (c.capture_bytes > 16384)
     return make_error("config field \"capture.capture_bytes\": at most 16384");
   if (c.ledger_retention_days < 0 || c.ledger_retention_days > 36500)
-    return make_error("config field \"ledger.retention_days\": days from 0 (keep everything) to 36500");
+    return make_error(
+        "config field \"ledger.retention_days\": days from 0 (keep everything) to 36500");
   if (c.ledger_hourly_days < 0 || c.ledger_hourly_days > 36500)
     return make_error("config field \"ledger.hourly_days\": days from 0 (stay hourly) to 36500");
   if (c.audit_log_keep < 0 || c.audit_log_max_bytes < 4096)

@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <ctime>
 #include <set>
-#include <thread>
 #include <string>
+#include <thread>
 
 #include "capture/capture.h"
 #include "daemon/config.h"
@@ -24,8 +24,12 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 std::atomic<bool> g_reload{false};
-void on_signal(int) { g_stop = true; }
-void on_hangup(int) { g_reload = true; }
+void on_signal(int) {
+  g_stop = true;
+}
+void on_hangup(int) {
+  g_reload = true;
+}
 
 std::uint64_t monotonic_ns() {
   timespec ts{};

@@ -11,8 +11,8 @@
 namespace fc::daemon {
 namespace {
 
-constexpr std::array<cap_value_t, 6> kKept = {CAP_BPF,           CAP_PERFMON,    CAP_SYS_ADMIN,
-                                              CAP_SYS_RESOURCE,  CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH};
+constexpr std::array<cap_value_t, 6> kKept = {
+    CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_RESOURCE, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH};
 
 bool kept(cap_value_t c) {
   for (cap_value_t k : kKept)

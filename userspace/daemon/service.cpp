@@ -85,8 +85,10 @@ void run_command(const std::string& command, const std::vector<std::string>& ext
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) ++counters.ok;
-  else ++counters.failed;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    ++counters.ok;
+  else
+    ++counters.failed;
 }
 
 void post_webhook(const std::string& url, const std::string& body, ActionCounters& counters) {
@@ -100,8 +102,10 @@ void post_webhook(const std::string& url, const std::string& body, ActionCounter
   client.set_read_timeout(5);
   client.set_write_timeout(5);
   auto res = client.Post(path, body, "application/json");
-  if (res && res->status >= 200 && res->status < 300) ++counters.ok;
-  else ++counters.failed;
+  if (res && res->status >= 200 && res->status < 300)
+    ++counters.ok;
+  else
+    ++counters.failed;
 }
 
 std::string escape_label(std::string_view v) {
@@ -121,8 +125,10 @@ nlohmann::json config_json(const Config& c) {
   nlohmann::json limits = nlohmann::json::array();
   for (const auto& l : c.budgets.limits) {
     nlohmann::json item{{"per_hour", l.per_hour}};
-    if (!l.client_id.empty()) item["client_id"] = l.client_id;
-    else item["group_id"] = l.group_id;
+    if (!l.client_id.empty())
+      item["client_id"] = l.client_id;
+    else
+      item["group_id"] = l.group_id;
     limits.push_back(item);
   }
   return {{"listen", c.listen},
@@ -141,9 +147,12 @@ nlohmann::json config_json(const Config& c) {
             {"idle_expiry_seconds", c.idle_expiry_seconds},
             {"partition_label", c.partition_label}}},
           {"state_dir", c.state_dir},
-          {"ledger", {{"retention_days", c.ledger_retention_days}, {"hourly_days", c.ledger_hourly_days}}},
+          {"ledger",
+           {{"retention_days", c.ledger_retention_days}, {"hourly_days", c.ledger_hourly_days}}},
           {"audit_log",
-           {{"path", c.audit_log_path}, {"max_bytes", c.audit_log_max_bytes}, {"keep", c.audit_log_keep}}},
+           {{"path", c.audit_log_path},
+            {"max_bytes", c.audit_log_max_bytes},
+            {"keep", c.audit_log_keep}}},
           {"capture",
            {{"ring_kib_per_cpu", c.ring_kib_per_cpu},
             {"capture_bytes", c.capture_bytes},
@@ -218,7 +227,7 @@ struct Service::Impl {
   std::atomic<std::uint64_t> save_last_ns{0};
   std::atomic<std::uint64_t> save_max_ns{0};
   std::atomic<std::uint64_t> save_errors{0};
-  bool save_failing = false;  // saver thread (or shutdown, after it stopped) only
+  bool save_failing = false;         // saver thread (or shutdown, after it stopped) only
   std::int64_t compacted_hour = -1;  // likewise
 
   void start_saver() {
@@ -259,21 +268,25 @@ struct Service::Impl {
       const auto done = ledger->compact(now);
       compacted_hour = now / 3600;
       if (done.folded || done.dropped)
-        std::fprintf(stderr, "fetchcostd: ledger: %zu hourly buckets folded into days, %zu older "
-                     "than the retention dropped\n", done.folded, done.dropped);
+        std::fprintf(stderr,
+                     "fetchcostd: ledger: %zu hourly buckets folded into days, %zu older "
+                     "than the retention dropped\n",
+                     done.folded, done.dropped);
     }
     if (auto r = ledger->save(); !r) {
       // Counted; logged when saving starts failing. The next save retries (the buckets stay in
       // memory).
-      if (!save_failing) std::fprintf(stderr, "fetchcostd: ledger: %s\n", r.error().message.c_str());
+      if (!save_failing)
+        std::fprintf(stderr, "fetchcostd: ledger: %s\n", r.error().message.c_str());
       save_failing = true;
       ++save_errors;
     } else {
       save_failing = false;
     }
-    const auto took = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-            .count());
+    const auto took =
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - start)
+                                       .count());
     save_last_ns = took;
     if (took > save_max_ns) save_max_ns = took;
   }
@@ -294,11 +307,12 @@ struct Service::Impl {
     }
     if (!snap) snap = std::make_unique<sensors::Snapshot>();
     sensors.snapshot(*snap);  // the sensors' own lock, for one copy pass
-    return std::shared_ptr<const sensors::Snapshot>(snap.release(), [this](const sensors::Snapshot* p) {
-      std::unique_ptr<sensors::Snapshot> back(const_cast<sensors::Snapshot*>(p));
-      std::lock_guard lock(snapshot_mutex);
-      if (spare_snapshots.size() < 2) spare_snapshots.push_back(std::move(back));
-    });
+    return std::shared_ptr<const sensors::Snapshot>(
+        snap.release(), [this](const sensors::Snapshot* p) {
+          std::unique_ptr<sensors::Snapshot> back(const_cast<sensors::Snapshot*>(p));
+          std::lock_guard lock(snapshot_mutex);
+          if (spare_snapshots.size() < 2) spare_snapshots.push_back(std::move(back));
+        });
   }
 
   explicit Impl(const Config& c)
@@ -313,9 +327,8 @@ struct Service::Impl {
   void evaluate_budgets(std::uint64_t now_ns) {
     if (config.budgets.limits.empty()) return;
     std::map<std::string, std::string> group_of;
-    sensors.for_each_group([&](std::string_view c, std::string_view g) {
-      group_of[std::string(c)] = std::string(g);
-    });
+    sensors.for_each_group(
+        [&](std::string_view c, std::string_view g) { group_of[std::string(c)] = std::string(g); });
     std::map<std::string, double> by_client, by_group;
     sensors.for_each([&](const sensors::SensorView& s) {
       const double cost = s.counters.cost_api + s.counters.cost_egress;
@@ -323,8 +336,8 @@ struct Service::Impl {
       if (auto g = group_of.find(std::string(s.client_id)); g != group_of.end())
         by_group[g->second] += cost;
     });
-    for (const BudgetState& state : budgets.update(static_cast<double>(now_ns) / 1e9, by_client,
-                                                   by_group))
+    for (const BudgetState& state :
+         budgets.update(static_cast<double>(now_ns) / 1e9, by_client, by_group))
       start_action(state);
   }
 
@@ -341,11 +354,12 @@ struct Service::Impl {
                        {"cost_per_hour", state.cost_per_hour},
                        {"currency", currency},
                        {"window_seconds", b.window_seconds}};
-    std::vector<std::string> env{"FETCHCOST_CLIENT_ID=" + state.limit.client_id,
-                                 "FETCHCOST_GROUP_ID=" + state.limit.group_id,
-                                 "FETCHCOST_BUDGET_PER_HOUR=" + std::to_string(state.limit.per_hour),
-                                 "FETCHCOST_COST_PER_HOUR=" + std::to_string(state.cost_per_hour),
-                                 "FETCHCOST_CURRENCY=" + currency};
+    std::vector<std::string> env{
+        "FETCHCOST_CLIENT_ID=" + state.limit.client_id,
+        "FETCHCOST_GROUP_ID=" + state.limit.group_id,
+        "FETCHCOST_BUDGET_PER_HOUR=" + std::to_string(state.limit.per_hour),
+        "FETCHCOST_COST_PER_HOUR=" + std::to_string(state.cost_per_hour),
+        "FETCHCOST_CURRENCY=" + currency};
     ++actions->in_flight;
     std::thread([counters = actions, command = b.command, webhook = b.webhook, env,
                  body = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)] {
@@ -362,8 +376,11 @@ struct Service::Impl {
       const auto& l = config.budgets.limits[i];
       const double rate = i < states.size() ? states[i].cost_per_hour : 0;
       const bool exceeded = i < states.size() && states[i].exceeded;
-      out.push_back({{"client_id", l.client_id}, {"group_id", l.group_id},
-                     {"per_hour", l.per_hour}, {"cost_per_hour", rate}, {"exceeded", exceeded}});
+      out.push_back({{"client_id", l.client_id},
+                     {"group_id", l.group_id},
+                     {"per_hour", l.per_hour},
+                     {"cost_per_hour", rate},
+                     {"exceeded", exceeded}});
     }
     return out;
   }
@@ -378,7 +395,8 @@ struct Service::Impl {
                                  : "client_id=\"" + escape_label(l.client_id) + "\"";
     };
     for (const auto& s : states)
-      out << "fetchcost_budget_exceeded{" << labels(s.limit) << "} " << (s.exceeded ? 1 : 0) << "\n";
+      out << "fetchcost_budget_exceeded{" << labels(s.limit) << "} " << (s.exceeded ? 1 : 0)
+          << "\n";
     out << "# HELP fetchcost_budget_cost_per_hour Cost rate over the budget window (money/hour)\n"
            "# TYPE fetchcost_budget_cost_per_hour gauge\n";
     for (const auto& s : states)
@@ -393,8 +411,7 @@ struct Service::Impl {
            "# TYPE fetchcost_budget_actions_total counter\n"
         << "fetchcost_budget_actions_total{result=\"ok\"} " << actions->ok.load() << "\n"
         << "fetchcost_budget_actions_total{result=\"failed\"} " << actions->failed.load() << "\n"
-        << "fetchcost_budget_actions_total{result=\"skipped\"} " << actions->skipped.load()
-        << "\n";
+        << "fetchcost_budget_actions_total{result=\"skipped\"} " << actions->skipped.load() << "\n";
     return out.str();
   }
 
@@ -448,8 +465,10 @@ struct Service::Impl {
     for (std::size_t i = 0; i < n; ++i) {
       HeldRecord& r = *held[i].record;
       capture::EventView view{r.common};
-      if (r.is_data) view.data = &r.data;
-      else view.conn = &r.conn;
+      if (r.is_data)
+        view.data = &r.data;
+      else
+        view.conn = &r.conn;
       view.payload = r.payload;
       view.segments = r.segments;
       feed->on_event(view);
@@ -556,9 +575,14 @@ struct Service::Impl {
       for (const auto& t : capture_status.targets) {
         nlohmann::json libs = nlohmann::json::array();
         for (const auto& l : t.tls)
-          libs.push_back({{"path", l.path}, {"flavour", l.flavour}, {"functions", l.functions},
-                          {"skipped", l.skipped}, {"error", l.error}});
-        targets.push_back({{"pid", t.pid}, {"comm", t.comm}, {"tls", libs},
+          libs.push_back({{"path", l.path},
+                          {"flavour", l.flavour},
+                          {"functions", l.functions},
+                          {"skipped", l.skipped},
+                          {"error", l.error}});
+        targets.push_back({{"pid", t.pid},
+                           {"comm", t.comm},
+                           {"tls", libs},
                            {"existing_connections", t.existing_connections}});
       }
       nlohmann::json drops = nlohmann::json::array();
@@ -570,8 +594,10 @@ struct Service::Impl {
                          {"drops_per_cpu", drops},
                          {"attribution_enabled", enabled.load()},
                          {"attribution_complete", !incomplete()},
-                         {"reads", {{"exact", m.reads_exact}, {"estimated", m.reads_estimated},
-                                    {"unattributed", m.reads_unattributed}}},
+                         {"reads",
+                          {{"exact", m.reads_exact},
+                           {"estimated", m.reads_estimated},
+                           {"unattributed", m.reads_unattributed}}},
                          {"price_table", config.price_table},
                          {"listen", config.listen}};
       doc["version"] = kVersion;
@@ -596,24 +622,29 @@ struct Service::Impl {
                             {"errors", save_errors.load()}};
       doc["parse_errors"] = m.parse_errors;
       const auto st = sensors.stats();
-      doc["sensors"] = {{"live", st.live_sensors}, {"other", st.other_sensors},
-                        {"evictions", st.evictions}, {"expirations", st.expirations},
+      doc["sensors"] = {{"live", st.live_sensors},
+                        {"other", st.other_sensors},
+                        {"evictions", st.evictions},
+                        {"expirations", st.expirations},
                         {"approx_memory_bytes", st.approx_memory_bytes}};
       doc["budgets"] = budgets_json();
-      doc["budget_actions"] = {{"ok", actions->ok.load()}, {"failed", actions->failed.load()},
+      doc["budget_actions"] = {{"ok", actions->ok.load()},
+                               {"failed", actions->failed.load()},
                                {"skipped", actions->skipped.load()}};
       doc["ledger"] = ledger->path();
       doc["ledger_buckets"] = ledger->size();
       doc["config"] = config_json(config);
-      return exporter::HttpResponse{200, "application/json",
-                                    doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+      return exporter::HttpResponse{
+          200, "application/json",
+          doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
     });
     // The newest attributed object reads (metadata only), for top's drill-down.
     http.get_with_query("/api/v1/recent", [this](const std::map<std::string, std::string>& q) {
       std::size_t limit = 50;
       if (auto it = q.find("limit"); it != q.end()) {
         try {
-          limit = std::min<std::size_t>(std::stoul(it->second), exporter::AuditLog::kRecentCapacity);
+          limit =
+              std::min<std::size_t>(std::stoul(it->second), exporter::AuditLog::kRecentCapacity);
         } catch (const std::exception&) {
           return exporter::HttpResponse{400, "application/json",
                                         R"({"error":"limit must be a number, e.g. ?limit=20"})"};
@@ -623,13 +654,19 @@ struct Service::Impl {
       nlohmann::json rows = nlohmann::json::array();
       std::lock_guard lock(mutex);
       for (const auto& r : audit->recent(client, limit))
-        rows.push_back({{"ts_ms", r.unix_ms}, {"client_id", r.client_id}, {"group_id", r.group_id},
-                        {"topic", r.topic}, {"partition", r.partition},
-                        {"object_key", r.object_key}, {"bytes", r.bytes}, {"status", r.status},
+        rows.push_back({{"ts_ms", r.unix_ms},
+                        {"client_id", r.client_id},
+                        {"group_id", r.group_id},
+                        {"topic", r.topic},
+                        {"partition", r.partition},
+                        {"object_key", r.object_key},
+                        {"bytes", r.bytes},
+                        {"status", r.status},
                         {"method", r.method}});
       nlohmann::json doc{{"capacity", exporter::AuditLog::kRecentCapacity}, {"reads", rows}};
-      return exporter::HttpResponse{200, "application/json",
-                                    doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+      return exporter::HttpResponse{
+          200, "application/json",
+          doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
     });
     // Chargeback ledger buckets overlapping [from, to) (unix seconds; hourly buckets, and daily
     // ones ("hours": 24) for days older than ledger.hourly_days).
@@ -640,17 +677,26 @@ struct Service::Impl {
         if (q.count("to")) to = std::stoll(q.at("to"));
       } catch (const std::exception&) {
         return exporter::HttpResponse{
-            400, "application/json", R"({"error":"from and to are unix seconds, e.g. ?from=1767225600"})"};
+            400, "application/json",
+            R"({"error":"from and to are unix seconds, e.g. ?from=1767225600"})"};
       }
       nlohmann::json rows = nlohmann::json::array();
       for (const auto& [k, v] : ledger->query(from, to))
-        rows.push_back({{"hour", k.hour}, {"hours", k.hours}, {"client_id", k.client_id},
-                        {"group_id", k.group_id}, {"topic", k.topic}, {"method", k.method}, {"bytes", v.bytes},
-                        {"requests", v.requests}, {"errors", v.errors}, {"cost_api", v.cost_api},
+        rows.push_back({{"hour", k.hour},
+                        {"hours", k.hours},
+                        {"client_id", k.client_id},
+                        {"group_id", k.group_id},
+                        {"topic", k.topic},
+                        {"method", k.method},
+                        {"bytes", v.bytes},
+                        {"requests", v.requests},
+                        {"errors", v.errors},
+                        {"cost_api", v.cost_api},
                         {"cost_egress", v.cost_egress}});
       nlohmann::json doc{{"version", 1}, {"currency", currency}, {"buckets", rows}};
-      return exporter::HttpResponse{200, "application/json",
-                                    doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+      return exporter::HttpResponse{
+          200, "application/json",
+          doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
     });
     http.post("/api/v1/attribution", [this](const std::string& body) {
       try {
@@ -671,7 +717,8 @@ Result<std::unique_ptr<Service>> Service::create(const Config& config) {
   if (!prices) return make_error("price_table: " + prices.error().message);
   impl->currency = prices->currency;
   if (!config.log_dirs.empty()) {
-    impl->tier_map = std::make_unique<tier::LocalTierMap>(tier::Options{.log_dirs = config.log_dirs});
+    impl->tier_map =
+        std::make_unique<tier::LocalTierMap>(tier::Options{.log_dirs = config.log_dirs});
     if (auto r = impl->tier_map->start(); !r) return make_error("log_dirs: " + r.error().message);
     impl->tier_view = std::make_unique<pipeline::TierView>(*impl->tier_map);
   }
@@ -690,13 +737,14 @@ Result<std::unique_ptr<Service>> Service::create(const Config& config) {
   pipeline::PipelineConfig pc;
   pc.kafka_ports = config.kafka_ports;
   pc.object_store_ports = config.object_store_ports;
-  for (const auto& cidr : config.object_store_cidrs) pc.object_store_cidrs.push_back(*pipeline::parse_cidr(cidr));
+  for (const auto& cidr : config.object_store_cidrs)
+    pc.object_store_cidrs.push_back(*pipeline::parse_cidr(cidr));
   pc.object_store_hosts = config.object_store_hosts;
   pc.key_layout = config.key_layout;
   pc.virtual_host_suffixes = config.virtual_host_suffixes;
-  auto pipe = pipeline::Pipeline::create(pc, std::move(*prices), impl->sensors,
-                                         impl->tier_view.get(), impl->ledger.get(),
-                                         impl->audit.get());
+  auto pipe =
+      pipeline::Pipeline::create(pc, std::move(*prices), impl->sensors, impl->tier_view.get(),
+                                 impl->ledger.get(), impl->audit.get());
   if (!pipe) return pipe.error();
   impl->pipe = std::move(*pipe);
   impl->feed = std::make_unique<pipeline::CaptureFeed>(*impl->pipe);
@@ -765,7 +813,9 @@ void Service::set_capture_status(const capture::Status& status) {
   impl_->capture_status = status;
 }
 
-bool Service::attribution_enabled() const { return impl_->enabled; }
+bool Service::attribution_enabled() const {
+  return impl_->enabled;
+}
 
 Result<void> Service::reload(const Config& config) {
   auto prices = cost::load_price_table(config.price_table);
@@ -785,14 +835,17 @@ void Service::count_config_error() {
   std::lock_guard lock(impl_->mutex);
   ++impl_->config_errors;
 }
-int Service::port() const { return impl_->port; }
+int Service::port() const {
+  return impl_->port;
+}
 
 void Service::shutdown() {
   std::lock_guard lock(impl_->mutex);
   impl_->release(~0ull);
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  impl_->pipe->finish(static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec));
+  impl_->pipe->finish(static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
+                      static_cast<std::uint64_t>(ts.tv_nsec));
   impl_->stop_saver();
   impl_->save_ledger();
 }

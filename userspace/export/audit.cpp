@@ -34,8 +34,10 @@ void AuditLog::rotate() {
     std::rename((path_ + "." + std::to_string(i)).c_str(),
                 (path_ + "." + std::to_string(i + 1)).c_str());
   }
-  if (keep_ > 0) std::rename(path_.c_str(), (path_ + ".1").c_str());
-  else std::remove(path_.c_str());
+  if (keep_ > 0)
+    std::rename(path_.c_str(), (path_ + ".1").c_str());
+  else
+    std::remove(path_.c_str());
   file_ = std::fopen(path_.c_str(), "a");
   size_ = 0;
 }
@@ -50,21 +52,28 @@ void AuditLog::write(const AuditRecord& record) {
   r.topic = sensors::sanitize_label_into(record.topic, topic);
   {
     std::lock_guard lock(recent_mutex_);
-    RecentRead read{r.unix_ms,  std::string(r.client_id),  std::string(r.group_id),
-                    std::string(r.topic), r.partition, std::string(r.object_key),
-                    r.bytes,    r.status,                  std::string(r.method)};
-    if (recent_.size() < kRecentCapacity) recent_.push_back(std::move(read));
-    else recent_[recent_next_] = std::move(read);
+    RecentRead read{r.unix_ms,
+                    std::string(r.client_id),
+                    std::string(r.group_id),
+                    std::string(r.topic),
+                    r.partition,
+                    std::string(r.object_key),
+                    r.bytes,
+                    r.status,
+                    std::string(r.method)};
+    if (recent_.size() < kRecentCapacity)
+      recent_.push_back(std::move(read));
+    else
+      recent_[recent_next_] = std::move(read);
     recent_next_ = (recent_next_ + 1) % kRecentCapacity;
   }
   if (!file_) return;
   // dump() escapes every string (replace mode keeps invalid UTF-8 from throwing).
-  nlohmann::json line{{"ts_ms", r.unix_ms},         {"client_id", r.client_id},
-                      {"group_id", r.group_id},     {"topic", r.topic},
-                      {"partition", r.partition},   {"fetch_offset", r.fetch_offset},
-                      {"max_bytes", r.max_bytes},   {"object_key", r.object_key},
-                      {"bytes", r.bytes},           {"status", r.status},
-                      {"method", r.method}};
+  nlohmann::json line{
+      {"ts_ms", r.unix_ms},       {"client_id", r.client_id},   {"group_id", r.group_id},
+      {"topic", r.topic},         {"partition", r.partition},   {"fetch_offset", r.fetch_offset},
+      {"max_bytes", r.max_bytes}, {"object_key", r.object_key}, {"bytes", r.bytes},
+      {"status", r.status},       {"method", r.method}};
   std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   text.push_back('\n');
   if (size_ + text.size() > max_bytes_ && size_ > 0) rotate();

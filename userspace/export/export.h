@@ -59,7 +59,7 @@ class ChunkWriter {
   ChunkWriter& number(std::int64_t v);
   ChunkWriter& number(double v);  // shortest exact form; NaN, +Inf, -Inf as Prometheus spells them
   ChunkWriter& label_value(std::string_view v);  // escaped for the Prometheus text format
-  void maybe_flush();  // hands the buffer over when a piece is full
+  void maybe_flush();                            // hands the buffer over when a piece is full
   void flush();
   bool ok() const { return ok_; }
 

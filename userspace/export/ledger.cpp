@@ -5,12 +5,12 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
-#include <limits>
-#include <stdexcept>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "export/export.h"
 
@@ -41,7 +41,8 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& state_dir,
       if (key.hours != 1 && key.hours != 24)
         throw std::runtime_error("a bucket spans " + std::to_string(key.hours) +
                                  " hours (1 or 24 expected)");
-      LedgerValue value{row.at("bytes").get<std::uint64_t>(), row.at("requests").get<std::uint64_t>(),
+      LedgerValue value{row.at("bytes").get<std::uint64_t>(),
+                        row.at("requests").get<std::uint64_t>(),
                         row.at("errors").get<std::uint64_t>(), row.at("cost_api").get<double>(),
                         row.at("cost_egress").get<double>()};
       LedgerValue& v = ledger->buckets_[key];
@@ -58,7 +59,9 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& state_dir,
   return ledger;
 }
 
-std::string Ledger::path() const { return dir_ + "/ledger.json"; }
+std::string Ledger::path() const {
+  return dir_ + "/ledger.json";
+}
 
 void Ledger::add(std::int64_t unix_seconds, const LedgerKey& key, const LedgerValue& value) {
   // Keys as the metrics show them: client-ids come off the wire as any bytes (invalid UTF-8 made
@@ -116,8 +119,9 @@ Ledger::Compaction Ledger::compact(std::int64_t now_unix) {
   Compaction done;
   std::lock_guard lock(mutex_);
   // Whole UTC days that ended before these instants are folded / dropped.
-  const std::int64_t fold_before = retention_.hourly_days > 0 ? now_unix - retention_.hourly_days * kDay
-                                                              : std::numeric_limits<std::int64_t>::min();
+  const std::int64_t fold_before = retention_.hourly_days > 0
+                                       ? now_unix - retention_.hourly_days * kDay
+                                       : std::numeric_limits<std::int64_t>::min();
   const std::int64_t drop_before = retention_.retention_days > 0
                                        ? now_unix - retention_.retention_days * kDay
                                        : std::numeric_limits<std::int64_t>::min();

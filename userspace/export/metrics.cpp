@@ -58,10 +58,14 @@ ChunkWriter& ChunkWriter::number(double v) {
 
 ChunkWriter& ChunkWriter::label_value(std::string_view v) {
   for (char ch : v) {
-    if (ch == '\\') buffer_ += "\\\\";
-    else if (ch == '"') buffer_ += "\\\"";
-    else if (ch == '\n') buffer_ += "\\n";
-    else buffer_.push_back(ch);
+    if (ch == '\\')
+      buffer_ += "\\\\";
+    else if (ch == '"')
+      buffer_ += "\\\"";
+    else if (ch == '\n')
+      buffer_ += "\\n";
+    else
+      buffer_.push_back(ch);
   }
   return *this;
 }
@@ -73,7 +77,9 @@ enum class Type { kCounter, kGauge, kHistogram };
 void header(ChunkWriter& w, std::string_view name, std::string_view help, Type type) {
   // The HELP texts are constants without backslashes or newlines: nothing to escape.
   w.text("# HELP ").text(name).text(" ").text(help).text("\n# TYPE ").text(name);
-  w.text(type == Type::kCounter ? " counter\n" : type == Type::kGauge ? " gauge\n" : " histogram\n");
+  w.text(type == Type::kCounter ? " counter\n"
+         : type == Type::kGauge ? " gauge\n"
+                                : " histogram\n");
 }
 
 // `{client_id="…",peer_ip="…",topic="…",partition="…",method="…"` without the closing brace, so
@@ -146,8 +152,10 @@ void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
                  w.text(kLatency).text("_bucket");
                  sensor_labels(w, s);
                  w.text(",le=\"");
-                 if (i < bounds.size()) w.number(bounds[i]);
-                 else w.text("+Inf");
+                 if (i < bounds.size())
+                   w.number(bounds[i]);
+                 else
+                   w.text("+Inf");
                  w.text("\"} ").number(cumulative).text("\n");
                }
              });
@@ -156,8 +164,9 @@ void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
   per_sensor(w, snap, kCost,
              "Money the remote reads of this client cost under the price table in force",
              Type::kCounter, [&](const sensors::SensorView& s) {
-               for (auto [component, value] : {std::pair<std::string_view, double>{"api", s.counters.cost_api},
-                                               {"egress", s.counters.cost_egress}}) {
+               for (auto [component, value] :
+                    {std::pair<std::string_view, double>{"api", s.counters.cost_api},
+                     {"egress", s.counters.cost_egress}}) {
                  w.text(kCost);
                  sensor_labels(w, s);
                  w.text(",component=\"").text(component).text("\",currency=\"");
@@ -188,7 +197,9 @@ void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
   const auto& stats = snap.stats;
   header(w, "fetchcost_sensors", "Sensors held (live, or __other__ folds)", Type::kGauge);
   w.text("fetchcost_sensors{state=\"live\"} ").number(std::uint64_t{stats.live_sensors}).text("\n");
-  w.text("fetchcost_sensors{state=\"other\"} ").number(std::uint64_t{stats.other_sensors}).text("\n");
+  w.text("fetchcost_sensors{state=\"other\"} ")
+      .number(std::uint64_t{stats.other_sensors})
+      .text("\n");
   header(w, "fetchcost_sensor_evictions_total", "Sensors folded into __other__ (reason=lru|idle)",
          Type::kCounter);
   w.text("fetchcost_sensor_evictions_total{reason=\"lru\"} ").number(stats.evictions).text("\n");
@@ -196,23 +207,34 @@ void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
   single(w, "fetchcost_sensor_memory_bytes", "Approximate memory of the sensors", Type::kGauge,
          std::uint64_t{stats.approx_memory_bytes});
   single(w, "fetchcost_events_total", "Capture events handled", Type::kCounter, self.events);
-  header(w, "fetchcost_ring_drops_total", "Capture events lost because a CPU's ring buffer was full",
-         Type::kCounter);
+  header(w, "fetchcost_ring_drops_total",
+         "Capture events lost because a CPU's ring buffer was full", Type::kCounter);
   for (std::size_t cpu = 0; cpu < self.ring_drops_per_cpu.size(); ++cpu)
-    w.text("fetchcost_ring_drops_total{cpu=\"").number(std::uint64_t{cpu}).text("\"} ")
-        .number(self.ring_drops_per_cpu[cpu]).text("\n");
+    w.text("fetchcost_ring_drops_total{cpu=\"")
+        .number(std::uint64_t{cpu})
+        .text("\"} ")
+        .number(self.ring_drops_per_cpu[cpu])
+        .text("\n");
   single(w, "fetchcost_drain_wait_seconds_total",
          "Time the capture drain waited for the service lock (held by a scrape, an API request "
          "or a reload): long waits cause ring drops",
          Type::kCounter, self.drain_wait_seconds);
   header(w, "fetchcost_parse_errors_total", "Malformed input skipped, by decoder", Type::kCounter);
   for (const auto& [decoder, n] : self.parse_errors)
-    w.text("fetchcost_parse_errors_total{decoder=\"").label_value(decoder).text("\"} ").number(n).text("\n");
+    w.text("fetchcost_parse_errors_total{decoder=\"")
+        .label_value(decoder)
+        .text("\"} ")
+        .number(n)
+        .text("\n");
   header(w, "fetchcost_object_reads_total", "Object reads seen, by attribution outcome",
          Type::kCounter);
   w.text("fetchcost_object_reads_total{outcome=\"exact\"} ").number(self.reads_exact).text("\n");
-  w.text("fetchcost_object_reads_total{outcome=\"estimated\"} ").number(self.reads_estimated).text("\n");
-  w.text("fetchcost_object_reads_total{outcome=\"unattributed\"} ").number(self.reads_unattributed).text("\n");
+  w.text("fetchcost_object_reads_total{outcome=\"estimated\"} ")
+      .number(self.reads_estimated)
+      .text("\n");
+  w.text("fetchcost_object_reads_total{outcome=\"unattributed\"} ")
+      .number(self.reads_unattributed)
+      .text("\n");
   single(w, "fetchcost_probes_attached", "BPF programs and uprobes attached", Type::kGauge,
          self.probes_attached);
   single(w, "fetchcost_targets", "Broker processes watched", Type::kGauge, self.targets);

@@ -12,7 +12,9 @@ struct HttpServer::Impl {
 };
 
 HttpServer::HttpServer() : impl_(std::make_unique<Impl>()) {}
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+}
 
 namespace {
 void respond(HttpResponse r, httplib::Response& res) {
@@ -40,12 +42,12 @@ void HttpServer::get(const std::string& path, HttpHandler handler) {
   impl_->server.Get(path, wrap(std::move(handler)));
 }
 void HttpServer::get_with_query(const std::string& path, HttpQueryHandler handler) {
-  impl_->server.Get(path, [handler = std::move(handler)](const httplib::Request& req,
-                                                         httplib::Response& res) {
-    std::map<std::string, std::string> query;
-    for (const auto& [key, value] : req.params) query.emplace(key, value);
-    respond(handler(query), res);
-  });
+  impl_->server.Get(
+      path, [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+        std::map<std::string, std::string> query;
+        for (const auto& [key, value] : req.params) query.emplace(key, value);
+        respond(handler(query), res);
+      });
 }
 void HttpServer::post(const std::string& path, HttpHandler handler) {
   impl_->server.Post(path, wrap(std::move(handler)));
@@ -56,7 +58,8 @@ Result<int> HttpServer::start(const std::string& address) {
   if (colon == std::string::npos)
     return make_error("listen address \"" + address + "\" must be host:port, e.g. 127.0.0.1:9464");
   std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   int port = 0;
   try {
     port = std::stoi(address.substr(colon + 1));

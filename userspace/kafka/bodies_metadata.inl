@@ -9,9 +9,9 @@ bool metadata_response(wire::Reader& r, std::int16_t version, Exchange& ex, Lear
   if (version >= 3) r.i32();  // throttle_time_ms
   std::uint32_t brokers = r.array(flexible, 10);
   for (std::uint32_t i = 0; i < brokers && r.ok; ++i) {
-    r.i32();                // node_id
-    r.string(flexible);     // host
-    r.i32();                // port
+    r.i32();                               // node_id
+    r.string(flexible);                    // host
+    r.i32();                               // port
     if (version >= 1) r.string(flexible);  // rack (nullable)
     if (flexible) r.skip_tagged_fields();
   }
@@ -27,12 +27,12 @@ bool metadata_response(wire::Reader& r, std::int16_t version, Exchange& ex, Lear
     if (version >= 1) r.i8();  // is_internal
     std::uint32_t partitions = r.array(flexible, 10);
     for (std::uint32_t p = 0; p < partitions && r.ok; ++p) {
-      r.i16();  // error_code
-      r.i32();  // partition_index
-      r.i32();  // leader_id
-      if (version >= 7) r.i32();  // leader_epoch
-      r.skip(4ull * r.array(flexible, 4));  // replica_nodes
-      r.skip(4ull * r.array(flexible, 4));  // isr_nodes
+      r.i16();                                                // error_code
+      r.i32();                                                // partition_index
+      r.i32();                                                // leader_id
+      if (version >= 7) r.i32();                              // leader_epoch
+      r.skip(4ull * r.array(flexible, 4));                    // replica_nodes
+      r.skip(4ull * r.array(flexible, 4));                    // isr_nodes
       if (version >= 5) r.skip(4ull * r.array(flexible, 4));  // offline_replicas
       if (flexible) r.skip_tagged_fields();
     }

@@ -53,7 +53,8 @@ void CycleRecognizer::walk(Records& r, std::uint64_t position, std::uint64_t len
     r.seen_bytes += kHeaderBytes + len;
     if (type == kApplicationData) {
       ++r.app_records;
-      r.app_payload += len > options_.record_overhead_bytes ? len - options_.record_overhead_bytes : 0;
+      r.app_payload +=
+          len > options_.record_overhead_bytes ? len - options_.record_overhead_bytes : 0;
     }
     r.next_header += kHeaderBytes + len;
   }

@@ -21,13 +21,13 @@ namespace fc::opaque {
 
 struct Cycle {
   std::uint64_t connection = 0;
-  std::uint64_t request_ns = 0;         // the request burst's first call
-  std::uint64_t response_start_ns = 0;  // the response burst's first call; 0: never answered
-  std::uint64_t response_end_ns = 0;    // its last call
-  std::uint64_t request_bytes = 0;      // ciphertext
-  std::uint64_t response_bytes = 0;     // ciphertext
-  std::uint64_t response_plaintext = 0; // estimated from the records
-  std::uint32_t response_records = 0;   // application-data records seen in the response
+  std::uint64_t request_ns = 0;          // the request burst's first call
+  std::uint64_t response_start_ns = 0;   // the response burst's first call; 0: never answered
+  std::uint64_t response_end_ns = 0;     // its last call
+  std::uint64_t request_bytes = 0;       // ciphertext
+  std::uint64_t response_bytes = 0;      // ciphertext
+  std::uint64_t response_plaintext = 0;  // estimated from the records
+  std::uint32_t response_records = 0;    // application-data records seen in the response
 };
 
 struct CycleCallbacks {

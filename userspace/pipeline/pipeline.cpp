@@ -12,19 +12,26 @@ namespace fc::pipeline {
 
 const char* role_name(Role role) {
   switch (role) {
-    case Role::kKafka: return "kafka";
-    case Role::kKafkaOpaque: return "kafka-opaque";
-    case Role::kObjectStoreHttp: return "object-store-http";
-    case Role::kObjectStoreOpaque: return "object-store-opaque";
-    case Role::kOther: return "other";
-    default: return "unknown";
+    case Role::kKafka:
+      return "kafka";
+    case Role::kKafkaOpaque:
+      return "kafka-opaque";
+    case Role::kObjectStoreHttp:
+      return "object-store-http";
+    case Role::kObjectStoreOpaque:
+      return "object-store-opaque";
+    case Role::kOther:
+      return "other";
+    default:
+      return "unknown";
   }
 }
 
 namespace {
 
 bool starts_with(std::span<const std::uint8_t> bytes, std::string_view prefix) {
-  return bytes.size() >= prefix.size() && std::memcmp(bytes.data(), prefix.data(), prefix.size()) == 0;
+  return bytes.size() >= prefix.size() &&
+         std::memcmp(bytes.data(), prefix.data(), prefix.size()) == 0;
 }
 
 bool looks_like_http_request(std::span<const std::uint8_t> b) {
@@ -78,7 +85,8 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     std::string peer_ip;
     bool opened = false;
     bool kafka_checked = false;
-    std::uint32_t process = 0;  // the broker process that owns it (first call seen); 0: unknown  // the first bytes of a Kafka-port connection were looked at
+    std::uint32_t process = 0;  // the broker process that owns it (first call seen); 0: unknown  //
+                                // the first bytes of a Kafka-port connection were looked at
     std::unique_ptr<objstore::HttpConnection> http;
     std::unique_ptr<opaque::CycleRecognizer> cycles;
     std::unique_ptr<objstore::TlsCycleEstimator> tls;
@@ -202,7 +210,7 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     o.topic = d.topic.empty() ? std::string_view("__unknown__") : d.topic;
     o.partition = sensors.config().partition_label ? d.partition : sensors::kNoPartition;
     o.method = d.method == attribution::Method::kEstimated ? sensors::Method::kEstimated
-                                                            : sensors::Method::kExact;
+                                                           : sensors::Method::kExact;
     if (d.response_seen) {
       o.object_bytes_read = d.object_bytes;
       o.bytes_delivered = d.bytes_delivered;
@@ -234,7 +242,7 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     r.status = g.status;
     r.body_bytes = g.billable_bytes();
     r.method = g.method == objstore::Method::kEstimated ? attribution::Method::kEstimated
-                                                         : attribution::Method::kExact;
+                                                        : attribution::Method::kExact;
     r.object_key = g.target.key;
     if (g.key_fields.parsed) {
       r.topic = g.key_fields.topic;
@@ -284,7 +292,8 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
 
   Role classify(Conn& conn, const Piece& p) {
     std::span<const std::uint8_t> first;
-    if (!p.captured.empty() && p.captured.front().position == p.position) first = p.captured.front().bytes;
+    if (!p.captured.empty() && p.captured.front().position == p.position)
+      first = p.captured.front().bytes;
     if (contains(config.kafka_ports, conn.local_port)) return kafka_role(conn, p, first);
     if (first.empty()) return Role::kUnknown;  // length-only pieces before anything readable
     const bool store_endpoint =
@@ -301,7 +310,8 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
       }
       return store_endpoint ? Role::kObjectStoreHttp : Role::kKafka;
     }
-    if (store_endpoint) return looks_like_tls_record(first) ? Role::kObjectStoreOpaque : Role::kObjectStoreHttp;
+    if (store_endpoint)
+      return looks_like_tls_record(first) ? Role::kObjectStoreOpaque : Role::kObjectStoreHttp;
     return looks_like_tls_record(first) ? Role::kOther : Role::kKafka;
   }
 
@@ -363,9 +373,11 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
         ++stats.opaque_connections;
         attributor.expect_estimates();
         conn.tls = std::make_unique<objstore::TlsCycleEstimator>(
-            id, objstore::TlsEstimateOptions{}, [this](const objstore::ObjectGet& g) { on_get(g); });
+            id, objstore::TlsEstimateOptions{},
+            [this](const objstore::ObjectGet& g) { on_get(g); });
         break;
-      default: break;
+      default:
+        break;
     }
   }
 
@@ -379,7 +391,8 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
         break;
       }
       case Role::kObjectStoreHttp: {
-        const auto dir = p.to_target ? objstore::Direction::kResponse : objstore::Direction::kRequest;
+        const auto dir =
+            p.to_target ? objstore::Direction::kResponse : objstore::Direction::kRequest;
         bool moved = false;
         if (!p.to_target) {
           if (http_writers.size() > 100'000) http_writers.clear();  // thread ids churned
@@ -398,14 +411,17 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
       }
       case Role::kKafkaOpaque: {
         std::span<const std::uint8_t> first;
-        if (!p.captured.empty() && p.captured.front().position == p.position) first = p.captured.front().bytes;
+        if (!p.captured.empty() && p.captured.front().position == p.position)
+          first = p.captured.front().bytes;
         conn.cycles->on_piece(p.to_target, p.position, p.length, first, p.time_ns);
         break;
       }
       case Role::kObjectStoreOpaque: {
-        const auto dir = p.to_target ? objstore::Direction::kResponse : objstore::Direction::kRequest;
+        const auto dir =
+            p.to_target ? objstore::Direction::kResponse : objstore::Direction::kRequest;
         std::span<const std::uint8_t> first;
-        if (!p.captured.empty() && p.captured.front().position == p.position) first = p.captured.front().bytes;
+        if (!p.captured.empty() && p.captured.front().position == p.position)
+          first = p.captured.front().bytes;
         if (!p.to_target) {
           if (opaque_writers.size() > 100'000) opaque_writers.clear();  // thread ids churned
           opaque_writers[p.thread_id] = reader_thread_name(p.thread_name);
@@ -413,17 +429,15 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
         conn.tls->on_piece(dir, p.length, first, p.time_ns, p.thread_id);
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
 };
 
-Result<std::unique_ptr<Pipeline>> Pipeline::create(const PipelineConfig& config,
-                                                   cost::PriceTable prices,
-                                                   sensors::SensorTable& sensors,
-                                                   const attribution::LocalTier* tier,
-                                                   exporter::Ledger* ledger,
-                                                   exporter::AuditLog* audit) {
+Result<std::unique_ptr<Pipeline>> Pipeline::create(
+    const PipelineConfig& config, cost::PriceTable prices, sensors::SensorTable& sensors,
+    const attribution::LocalTier* tier, exporter::Ledger* ledger, exporter::AuditLog* audit) {
   auto layout = objstore::make_key_layout(config.key_layout);
   if (!layout) return make_error("object_store.key_layout: " + layout.error().message);
   auto impl = std::make_unique<Impl>(config, std::move(prices), sensors, tier, ledger, audit,
@@ -444,11 +458,12 @@ void Pipeline::open(std::uint64_t connection, std::uint64_t time_ns, std::uint16
   conn.peer_ip = std::string(peer_ip);
   if (!peer_ip.empty()) impl_->attributor.set_peer(connection, peer_ip);
   ++impl_->stats.connections;
-  if (contains(impl_->config.kafka_ports, local_port)) impl_->start_role(connection, conn, Role::kKafka);
+  if (contains(impl_->config.kafka_ports, local_port))
+    impl_->start_role(connection, conn, Role::kKafka);
 }
 
-void Pipeline::describe(std::uint64_t connection, std::uint16_t local_port,
-                        std::uint16_t peer_port, std::string_view peer_ip) {
+void Pipeline::describe(std::uint64_t connection, std::uint16_t local_port, std::uint16_t peer_port,
+                        std::string_view peer_ip) {
   auto [it, fresh] = impl_->conns.try_emplace(connection);
   if (fresh) ++impl_->stats.connections;
   it->second.local_port = local_port;
@@ -467,7 +482,8 @@ void Pipeline::piece(const Piece& p) {
   if (conn.role == Role::kKafka && !conn.kafka_checked) {
     // Kafka by its port before a byte was seen: its first bytes may still show TLS.
     std::span<const std::uint8_t> first;
-    if (!p.captured.empty() && p.captured.front().position == p.position) first = p.captured.front().bytes;
+    if (!p.captured.empty() && p.captured.front().position == p.position)
+      first = p.captured.front().bytes;
     if (impl_->kafka_role(conn, p, first) == Role::kKafkaOpaque) {
       impl_->decoder.close(p.connection, p.time_ns);
       impl_->start_role(p.connection, conn, Role::kKafkaOpaque);

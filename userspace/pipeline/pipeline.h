@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "attribution/attribution.h"
-#include "pipeline/endpoints.h"
 #include "cost/cost.h"
 #include "export/export.h"
+#include "pipeline/endpoints.h"
 #include "sensors/sensors.h"
 
 namespace fc::pipeline {
@@ -34,7 +34,7 @@ struct PipelineConfig {
   // Object-store host names matched against the TLS server name the broker asks for: exact, or a
   // suffix starting with '.' (".amazonaws.com").
   std::vector<std::string> object_store_hosts;
-  std::string key_layout = "aiven";               // "aiven" or "regex:<pattern>"
+  std::string key_layout = "aiven";  // "aiven" or "regex:<pattern>"
   std::vector<std::string> virtual_host_suffixes;
   // On opaque object-store connections only cycles written by threads whose name starts with one
   // of these count as reads: uploads (PUT of segments, indexes, manifests) run on other threads
@@ -72,8 +72,8 @@ struct Piece {
   std::uint64_t time_ns = 0;
   std::uint32_t thread_id = 0;
   std::string_view thread_name;
-  std::uint64_t position = 0;  // stream position of the call's first byte
-  std::uint64_t length = 0;    // bytes moved
+  std::uint64_t position = 0;         // stream position of the call's first byte
+  std::uint64_t length = 0;           // bytes moved
   std::span<const Segment> captured;  // ascending, inside [position, position + length)
 };
 
@@ -87,7 +87,7 @@ struct PipelineStats {
   std::uint64_t opaque_kafka_cycles = 0;       // their request/response cycles
   std::uint64_t object_reads = 0;
   std::uint64_t opaque_cycles_not_reads = 0;  // estimated cycles written by non-reader threads
-  std::uint64_t http_retried_requests = 0;  // unanswered requests retried on another connection
+  std::uint64_t http_retried_requests = 0;    // unanswered requests retried on another connection
   std::uint64_t kafka_parse_errors = 0;
   std::uint64_t http_resyncs = 0;
 };
@@ -95,12 +95,9 @@ struct PipelineStats {
 class Pipeline {
  public:
   // `tier`, `ledger` and `audit` may be null.
-  static Result<std::unique_ptr<Pipeline>> create(const PipelineConfig& config,
-                                                  cost::PriceTable prices,
-                                                  sensors::SensorTable& sensors,
-                                                  const attribution::LocalTier* tier,
-                                                  exporter::Ledger* ledger,
-                                                  exporter::AuditLog* audit);
+  static Result<std::unique_ptr<Pipeline>> create(
+      const PipelineConfig& config, cost::PriceTable prices, sensors::SensorTable& sensors,
+      const attribution::LocalTier* tier, exporter::Ledger* ledger, exporter::AuditLog* audit);
   ~Pipeline();
 
   // A connection seen from its start (accept/connect/TCP SYN); ports decide its role when set.

@@ -305,8 +305,14 @@ void SensorTable::for_each(const std::function<void(const SensorView&)>& visit) 
   }
   for (std::size_t method = 0; method < m.other.size(); ++method) {
     for (const auto& [topic, sensor] : m.other[method]) {
-      visit(SensorView{kOtherClient, {}, topic, kNoPartition, static_cast<Method>(method),
-                       sensor.counters, sensor.last_update_ns, true});
+      visit(SensorView{kOtherClient,
+                       {},
+                       topic,
+                       kNoPartition,
+                       static_cast<Method>(method),
+                       sensor.counters,
+                       sensor.last_update_ns,
+                       true});
     }
   }
 }

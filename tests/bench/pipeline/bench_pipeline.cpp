@@ -1,8 +1,9 @@
 // Pipeline throughput: capture pieces per second per core through stream + Kafka/HTTP decoding +
 // attribution + cost + sensors, from a recorded event stream (a pcap of tiered-broker serving real
 // clients, made by tests/bench/pipeline/run: the traffic fetchcostd sees, both directions of every
-// Kafka and S3 connection), each piece cut to the capture cap as the BPF side would copy it. The pieces are loaded into memory first; only feeding is timed, on
-// this thread's CPU clock, best of N rounds. Prints figures; asserts nothing.
+// Kafka and S3 connection), each piece cut to the capture cap as the BPF side would copy it. The
+// pieces are loaded into memory first; only feeding is timed, on this thread's CPU clock, best of N
+// rounds. Prints figures; asserts nothing.
 #include <time.h>
 
 #include <CLI/CLI.hpp>
@@ -12,8 +13,8 @@
 
 #include "pcap_source.h"
 #include "pipeline/pipeline.h"
-#include "pipeline_flows.h"
 #include "pipeline/tier_view.h"
+#include "pipeline_flows.h"
 #include "tier/tier.h"
 
 namespace {
@@ -60,7 +61,8 @@ int main(int argc, char** argv) {
   std::uint16_t kafka_port = 9092, store_port = 443;
   int rounds = 5, copies = 20;
   std::size_t capture_bytes = 4096;
-  app.add_option("--pcap", pcap, "recorded traffic (tests/bench/pipeline/run makes one)")->required();
+  app.add_option("--pcap", pcap, "recorded traffic (tests/bench/pipeline/run makes one)")
+      ->required();
   app.add_option("--log-dirs", log_dirs, "the broker's log dirs at recording time");
   app.add_option("--kafka-port", kafka_port);
   app.add_option("--object-store-port", store_port);
@@ -81,7 +83,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<fc::tier::LocalTierMap> map;
   std::unique_ptr<fc::pipeline::TierView> tier;
   if (!log_dirs.empty()) {
-    map = std::make_unique<fc::tier::LocalTierMap>(fc::tier::Options{.log_dirs = log_dirs, .use_inotify = false});
+    map = std::make_unique<fc::tier::LocalTierMap>(
+        fc::tier::Options{.log_dirs = log_dirs, .use_inotify = false});
     map->rescan();
     tier = std::make_unique<fc::pipeline::TierView>(*map);
   }
@@ -102,8 +105,9 @@ int main(int argc, char** argv) {
     config.kafka_ports = {kafka_port};
     config.object_store_ports = {store_port};
     config.unix_timestamps = true;
-    auto pipeline = fc::pipeline::Pipeline::create(config, *fc::cost::preset("aws-s3-standard-same-region"),
-                                                   sensors, tier.get(), nullptr, nullptr);
+    auto pipeline =
+        fc::pipeline::Pipeline::create(config, *fc::cost::preset("aws-s3-standard-same-region"),
+                                       sensors, tier.get(), nullptr, nullptr);
     if (!pipeline) return 2;
     fc::tools::PipelineFlows flows(**pipeline, {kafka_port});
     const double start = thread_seconds();
@@ -132,8 +136,10 @@ int main(int argc, char** argv) {
   }
   const double pieces = static_cast<double>(data_events) * copies;
   std::printf("recording: %zu pieces, %.1f MB, %llu object reads per round (x%d copies)\n",
-              data_events, bytes / 1e6, static_cast<unsigned long long>(reads / std::max(copies, 1)), copies);
-  std::printf("pipeline: %.2f M pieces/s/core, %.0f ns/piece, %.2f GB/s of socket traffic per core\n",
-              pieces / best / 1e6, best / pieces * 1e9, static_cast<double>(bytes) * copies / best / 1e9);
+              data_events, bytes / 1e6,
+              static_cast<unsigned long long>(reads / std::max(copies, 1)), copies);
+  std::printf(
+      "pipeline: %.2f M pieces/s/core, %.0f ns/piece, %.2f GB/s of socket traffic per core\n",
+      pieces / best / 1e6, best / pieces * 1e9, static_cast<double>(bytes) * copies / best / 1e9);
   return 0;
 }

@@ -40,7 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fc::kafka::Decoder decoder(sink, options);
   const std::uint64_t conn = 1 + (flags >> 5);
   if (flags & 1) decoder.open(conn, 0);
-  fc::fuzz::PieceCutter req(flags * 7919u + static_cast<unsigned>(size), data, req_len, flags, 8, 600);
+  fc::fuzz::PieceCutter req(flags * 7919u + static_cast<unsigned>(size), data, req_len, flags, 8,
+                            600);
   fc::fuzz::PieceCutter resp(flags * 104729u + 1, data + req_len, size - req_len, flags, 8, 600);
   std::uint64_t time = 1;
   std::vector<std::uint8_t> held;  // a piece delayed to arrive out of order

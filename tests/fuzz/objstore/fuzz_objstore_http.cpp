@@ -11,9 +11,7 @@
 #include "objstore/objstore.h"
 #include "piece_cutter.h"
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 3) return 0;
@@ -33,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     ++gets;
   });
   fc::fuzz::PieceCutter req(flags * 7919u + static_cast<unsigned>(size), data, req_len, flags, 16,
-                           2000);
+                            2000);
   fc::fuzz::PieceCutter resp(flags * 104729u + 1, data + req_len, size - req_len, flags, 16, 2000);
   std::uint64_t req_pos = 0, resp_pos = 0, time = 1;
   std::uint32_t thread = 1;

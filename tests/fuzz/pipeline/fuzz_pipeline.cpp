@@ -70,7 +70,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::size_t max = (flags & 4) ? 8 : 32 + rng() % 1500;
     const std::size_t len = std::min<std::size_t>(st.size - st.at, 1 + rng() % max);
     const std::size_t captured = (rng() % 8 == 0) ? rng() % (len + 1) : len;
-    const fc::pipeline::Segment seg{st.pos, std::span<const std::uint8_t>(st.data + st.at, captured)};
+    const fc::pipeline::Segment seg{st.pos,
+                                    std::span<const std::uint8_t>(st.data + st.at, captured)};
     fc::pipeline::Piece piece;
     piece.connection = conn_of[i];
     piece.to_target = to_broker[i];

@@ -15,7 +15,9 @@ using attribution::ObjectRead;
 
 namespace {
 
-constexpr std::uint64_t ms(std::uint64_t v) { return v * 1'000'000; }
+constexpr std::uint64_t ms(std::uint64_t v) {
+  return v * 1'000'000;
+}
 
 struct Recorded {
   std::string client, peer, topic;
@@ -70,7 +72,8 @@ void cycle(attribution::Attributor& a, std::uint64_t conn, std::string_view peer
 
 }  // namespace
 
-TEST_CASE("a read goes to the opaque connection whose cycle was open across it, not to a long poll") {
+TEST_CASE(
+    "a read goes to the opaque connection whose cycle was open across it, not to a long poll") {
   RecordingSink sink;
   attribution::Attributor a(sink, nullptr);
   a.on_opaque_open(3, "10.0.0.3", ms(50));  // the tail's long poll, open across everything
@@ -154,7 +157,7 @@ TEST_CASE("several cycles open: the answer that carried the bytes, then the part
 TEST_CASE("no cycle that carried the read: unattributed, never a peer that made no remote read") {
   RecordingSink sink;
   attribution::Attributor a(sink, nullptr);
-  a.on_opaque_open(3, "10.0.0.3", ms(50));  // long poll answered with a few local records
+  a.on_opaque_open(3, "10.0.0.3", ms(50));   // long poll answered with a few local records
   a.on_opaque_open(1, "10.0.0.1", ms(100));  // answered before the read ended
   a.on_object_read(get(31, ms(200), ms(300), "orders", 0, 256 << 10));
   cycle(a, 1, "10.0.0.1", ms(100), ms(250), 1 << 20);

@@ -70,7 +70,8 @@ TEST_CASE("budgets: limits per client or group, actions, and errors naming the f
       {R"({"budgets":{"limits":[{"client_id":"a","group_id":"b","per_hour":1}]}})",
        "exactly one of client_id or group_id"},
       {R"({"budgets":{"limits":[{"client_id":"a","per_hour":0}]}})", "budgets.limits[0].per_hour"},
-      {R"({"budgets":{"limits":[{"client_id":"a","per_hour":"1"}]}})", "budgets.limits[0].per_hour"},
+      {R"({"budgets":{"limits":[{"client_id":"a","per_hour":"1"}]}})",
+       "budgets.limits[0].per_hour"},
       {R"({"budgets":{"limits":[{"client_id":"a","per_hour":1},{"client":"b"}]}})",
        "budgets.limits[1].client"},
       {R"({"budgets":{"window_seconds":0}})", "budgets.window_seconds"},
@@ -79,7 +80,8 @@ TEST_CASE("budgets: limits per client or group, actions, and errors naming the f
   for (const auto& bad : cases) {
     auto r = parse_config(bad.text);
     CHECK_FALSE(r.ok());
-    if (!r.ok()) CHECK_MESSAGE(r.error().message.find(bad.mentions) != std::string::npos, r.error().message);
+    if (!r.ok())
+      CHECK_MESSAGE(r.error().message.find(bad.mentions) != std::string::npos, r.error().message);
   }
 }
 

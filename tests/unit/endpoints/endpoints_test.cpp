@@ -42,12 +42,12 @@ std::vector<std::uint8_t> gnutls_client_hello(const char* server_name) {
   gnutls_set_default_priority(session);
   gnutls_credentials_set(session, GNUTLS_CRD_CERTIFICATE, creds);
   gnutls_server_name_set(session, GNUTLS_NAME_DNS, server_name, std::strlen(server_name));
-  gnutls_transport_set_push_function(session, [](gnutls_transport_ptr_t, const void* data,
-                                                 size_t size) -> ssize_t {
-    auto* p = static_cast<const std::uint8_t*>(data);
-    captured.insert(captured.end(), p, p + size);
-    return static_cast<ssize_t>(size);
-  });
+  gnutls_transport_set_push_function(
+      session, [](gnutls_transport_ptr_t, const void* data, size_t size) -> ssize_t {
+        auto* p = static_cast<const std::uint8_t*>(data);
+        captured.insert(captured.end(), p, p + size);
+        return static_cast<ssize_t>(size);
+      });
   gnutls_transport_set_pull_function(session, [](gnutls_transport_ptr_t, void*, size_t) -> ssize_t {
     errno = EAGAIN;
     return -1;
@@ -67,7 +67,8 @@ TEST_CASE("SNI is read from real ClientHellos; anything else yields none") {
         std::optional<std::string>("myaccount.blob.core.windows.net"));
   CHECK_FALSE(client_hello_server_name(openssl_client_hello(nullptr)).has_value());
   const std::string http = "GET /bucket/key HTTP/1.1\r\n";
-  CHECK_FALSE(client_hello_server_name({reinterpret_cast<const std::uint8_t*>(http.data()), http.size()}));
+  CHECK_FALSE(
+      client_hello_server_name({reinterpret_cast<const std::uint8_t*>(http.data()), http.size()}));
   auto hello = openssl_client_hello("storage.googleapis.com");
   for (std::size_t cut = 0; cut < hello.size(); cut += 7) {  // truncated: no crash, no name
     auto name = client_hello_server_name({hello.data(), cut});
@@ -105,8 +106,8 @@ TEST_CASE("the pipeline takes a TLS connection to a configured host name as the 
   config.object_store_ports = {};
   config.object_store_hosts = {".amazonaws.com"};
   config.object_store_cidrs = {*parse_cidr("10.9.0.0/16")};
-  auto pipeline = fc::pipeline::Pipeline::create(config, *fc::cost::preset("aws-s3-standard-same-region"),
-                                                 sensors, nullptr, nullptr, nullptr);
+  auto pipeline = fc::pipeline::Pipeline::create(
+      config, *fc::cost::preset("aws-s3-standard-same-region"), sensors, nullptr, nullptr, nullptr);
   REQUIRE(pipeline.ok());
   auto feed_first_bytes = [&](std::uint64_t conn, std::string_view peer_ip,
                               const std::vector<std::uint8_t>& bytes) {

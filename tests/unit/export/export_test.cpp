@@ -4,9 +4,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -59,19 +59,25 @@ TEST_CASE("the metrics page is valid Prometheus text with the KIP's names and es
   self.version = "test";
   const std::string text = exporter::render_prometheus(table, self, {.currency = "USD"});
 
-  CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"scanner\",topic=\"orders\",method=\"exact\"} 4194304") != std::string::npos);
-  CHECK(text.find("kafka_server_remote_fetch_requests_total{client_id=\"scanner\",topic=\"orders\",method=\"exact\"} 2") != std::string::npos);
-  CHECK(text.find("fetchcost_client_group_info{client_id=\"scanner\",group_id=\"analytics\"} 1") != std::string::npos);
+  CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"scanner\",topic=\"orders\","
+                  "method=\"exact\"} 4194304") != std::string::npos);
+  CHECK(text.find("kafka_server_remote_fetch_requests_total{client_id=\"scanner\",topic=\"orders\","
+                  "method=\"exact\"} 2") != std::string::npos);
+  CHECK(text.find("fetchcost_client_group_info{client_id=\"scanner\",group_id=\"analytics\"} 1") !=
+        std::string::npos);
   CHECK(text.find("fetchcost_ring_drops_total{cpu=\"1\"} 3") != std::string::npos);
-  CHECK(text.find("fetchcost_read_amplification{client_id=\"scanner\",topic=\"orders\",method=\"exact\"} 4") != std::string::npos);
+  CHECK(text.find("fetchcost_read_amplification{client_id=\"scanner\",topic=\"orders\",method="
+                  "\"exact\"} 4") != std::string::npos);
   CHECK(text.find("component=\"api\",currency=\"USD\"") != std::string::npos);
-  CHECK(text.find("kafka_server_remote_fetch_latency_seconds_bucket{client_id=\"scanner\",topic=\"orders\",method=\"exact\",le=\"0.05\"} 1") != std::string::npos);
+  CHECK(text.find("kafka_server_remote_fetch_latency_seconds_bucket{client_id=\"scanner\",topic="
+                  "\"orders\",method=\"exact\",le=\"0.05\"} 1") != std::string::npos);
 
   // Independent check: Prometheus' own linter parses the page.
   const std::string dir = temp_dir("promtool");
   const std::string file = dir + "/metrics.txt";
   std::ofstream(file) << text;
-  const int rc = std::system(("promtool check metrics < " + file + " > " + dir + "/out.txt 2>&1").c_str());
+  const int rc =
+      std::system(("promtool check metrics < " + file + " > " + dir + "/out.txt 2>&1").c_str());
   INFO(read_all(dir + "/out.txt"));
   CHECK(rc == 0);
 }
@@ -146,9 +152,12 @@ TEST_CASE("client series carry the peer's address as peer_ip, one series per cli
   o.remote_bytes = 70;
   table.record(o);
   const std::string text = exporter::render_prometheus(table, {}, {.currency = "USD"});
-  CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"scanner\",peer_ip=\"10.77.1.11\",topic=\"orders\",method=\"exact\"} 100") != std::string::npos);
-  CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"scanner\",peer_ip=\"10.77.1.12\",topic=\"orders\",method=\"exact\"} 50") != std::string::npos);
-  CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"peer:10.77.1.13\",peer_ip=\"10.77.1.13\",topic=\"orders\",method=\"estimated\"} 70") != std::string::npos);
+  CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"scanner\",peer_ip=\"10.77.1."
+                  "11\",topic=\"orders\",method=\"exact\"} 100") != std::string::npos);
+  CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"scanner\",peer_ip=\"10.77.1."
+                  "12\",topic=\"orders\",method=\"exact\"} 50") != std::string::npos);
+  CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"peer:10.77.1.13\",peer_ip="
+                  "\"10.77.1.13\",topic=\"orders\",method=\"estimated\"} 70") != std::string::npos);
 }
 
 TEST_CASE("the metrics page streams in pieces: the same text, bounded pieces, stops when refused") {
@@ -188,11 +197,15 @@ TEST_CASE("the metrics page streams in pieces: the same text, bounded pieces, st
 
   // Every sensor's series is there once per family.
   std::size_t bytes_series = 0;
-  for (std::size_t at = 0; (at = whole.find("\nkafka_server_remote_fetch_bytes_total{", at)) != std::string::npos; ++at)
+  for (std::size_t at = 0;
+       (at = whole.find("\nkafka_server_remote_fetch_bytes_total{", at)) != std::string::npos; ++at)
     ++bytes_series;
   CHECK(bytes_series == 3000);
-  CHECK(whole.find("kafka_server_remote_fetch_bytes_total{client_id=\"client-7\\\"q\\\\\",peer_ip=\"10.1.2.3\",topic=\"orders\",method=\"exact\"} 1007\n") != std::string::npos);
-  CHECK(whole.find("fetchcost_client_group_info{client_id=\"client-10\",group_id=\"group-10\"} 1\n") != std::string::npos);
+  CHECK(whole.find("kafka_server_remote_fetch_bytes_total{client_id=\"client-7\\\"q\\\\\",peer_ip="
+                   "\"10.1.2.3\",topic=\"orders\",method=\"exact\"} 1007\n") != std::string::npos);
+  CHECK(whole.find(
+            "fetchcost_client_group_info{client_id=\"client-10\",group_id=\"group-10\"} 1\n") !=
+        std::string::npos);
 
   std::size_t calls = 0;
   exporter::render_prometheus(snap, self, {}, [&](std::string_view) { return ++calls < 2; });
@@ -201,7 +214,8 @@ TEST_CASE("the metrics page streams in pieces: the same text, bounded pieces, st
   const std::string dir = temp_dir("promtool-large");
   const std::string file = dir + "/metrics.txt";
   std::ofstream(file) << whole;
-  const int rc = std::system(("promtool check metrics < " + file + " > " + dir + "/out.txt 2>&1").c_str());
+  const int rc =
+      std::system(("promtool check metrics < " + file + " > " + dir + "/out.txt 2>&1").c_str());
   INFO(read_all(dir + "/out.txt").substr(0, 2000));
   CHECK(rc == 0);
 }
@@ -241,7 +255,7 @@ TEST_CASE("ledger retention: old hours fold into days, the oldest days go, repor
     const std::int64_t start = k.hour * kHour, end = start + k.hours * kHour;
     CHECK(end > drop_before);  // nothing beyond the retention
     if (k.hours == 24) {
-      CHECK(start % kDay == 0);  // a UTC day …
+      CHECK(start % kDay == 0);            // a UTC day …
       CHECK(start + kDay <= fold_before);  // … that ended before the hourly window
     } else {
       CHECK(k.hours == 1);
@@ -277,7 +291,8 @@ TEST_CASE("ledger retention: old hours fold into days, the oldest days go, repor
                                          std::pair{first_day + 10, first_day + 40},  // daily part
                                          std::pair{last_day - 20, last_day + 1}}) {  // hourly part
     std::uint64_t want = 0;
-    for (std::int64_t d = from_day; d < to_day; ++d) want += bytes_per_day.count(d) ? bytes_per_day[d] : 0;
+    for (std::int64_t d = from_day; d < to_day; ++d)
+      want += bytes_per_day.count(d) ? bytes_per_day[d] : 0;
     const auto report = cli::aggregate(*buckets, from_day * kDay, to_day * kDay, "USD");
     CHECK_MESSAGE(report.total.bytes == want, "days " << from_day << ".." << to_day);
   }

@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
   }
   std::string table = config->price_table;
   const std::string mount = "/etc/fetchcost/";
-  if (argc > 2 && table.rfind(mount, 0) == 0) table = std::string(argv[2]) + "/" + table.substr(mount.size());
+  if (argc > 2 && table.rfind(mount, 0) == 0)
+    table = std::string(argv[2]) + "/" + table.substr(mount.size());
   auto prices = fc::cost::load_price_table(table);
   if (!prices) {
     std::printf("price_table: %s\n", prices.error().message.c_str());

@@ -58,7 +58,8 @@ TEST_CASE("estimated GET cycles: handshake skipped, body from ciphertext minus o
   CHECK(estimator.cycles() == 2);
 }
 
-TEST_CASE("estimated: unsolicited reads and tiny writes are not GETs; small answers are no errors") {
+TEST_CASE(
+    "estimated: unsolicited reads and tiny writes are not GETs; small answers are no errors") {
   std::vector<ObjectGet> gets;
   TlsCycleEstimator estimator(9, {}, [&](const ObjectGet& g) { gets.push_back(g); });
   estimator.on_piece(Direction::kResponse, 300, kAppData, 1, 1);  // session ticket

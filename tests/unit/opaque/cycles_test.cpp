@@ -65,8 +65,8 @@ TEST_CASE("a request burst then a response burst is one cycle; the next request 
 
 TEST_CASE("pipelined requests join the open cycle; a long poll stays open until answered") {
   Flow f;
-  f.records(true, 0x17, {150}, 100, true);   // fetch (long poll)
-  f.records(true, 0x17, {90}, 400, true);    // heartbeat written behind it
+  f.records(true, 0x17, {150}, 100, true);  // fetch (long poll)
+  f.records(true, 0x17, {90}, 400, true);   // heartbeat written behind it
   f.records(true, 0x17, {90}, 800, true);
   CHECK(f.opened.size() == 1);
   f.recognizer.flush_if_idle(10'000, 50);  // nothing answered yet: still open
@@ -86,9 +86,9 @@ TEST_CASE("pipelined requests join the open cycle; a long poll stays open until 
 
 TEST_CASE("handshake flights are no cycles; unsolicited records open none") {
   Flow f;
-  f.records(true, 0x16, {512}, 10);            // ClientHello
+  f.records(true, 0x16, {512}, 10);             // ClientHello
   f.records(false, 0x16, {90, 1200, 300}, 20);  // ServerHello, certificate, ...
-  f.records(true, 0x14, {1}, 30);              // ChangeCipherSpec + encrypted Finished
+  f.records(true, 0x14, {1}, 30);               // ChangeCipherSpec + encrypted Finished
   f.records(true, 0x17, {53}, 30);
   f.records(false, 0x17, {250, 250}, 40);  // TLS 1.3 session tickets: part of the handshake cycle
   f.records(true, 0x17, {200}, 50);        // the first Kafka request

@@ -1,6 +1,7 @@
 // Bad input through the real decoders, the pipeline and the sensor table: truncated frames,
 // absurd sizes (2 GiB frames, a million partitions, 2^63-byte bodies), invalid UTF-8 and 32 KiB
-// client-ids. Nothing may crash, allocate by a size read off the wire, or reach a label unsanitized.
+// client-ids. Nothing may crash, allocate by a size read off the wire, or reach a label
+// unsanitized.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -109,7 +110,8 @@ using Feeder = testing::PipelineFeeder;
 
 }  // namespace
 
-TEST_CASE("a 2 GiB frame size is no frame: the decoder resynchronises, allocates nothing, goes on") {
+TEST_CASE(
+    "a 2 GiB frame size is no frame: the decoder resynchronises, allocates nothing, goes on") {
   Collect sink;
   kafka::Decoder decoder(sink);
   decoder.open(1, 0);
@@ -278,9 +280,8 @@ TEST_CASE("the pipeline: a 32 KiB client-id's remote read is counted under its s
 TEST_CASE("HTTP: absurd Content-Length, huge headers and garbage are survived; no bytes invented") {
   objstore::AivenLayout layout;
   std::vector<objstore::ObjectGet> gets;
-  objstore::HttpConnection http(1, &layout, {}, [&](const objstore::ObjectGet& g) {
-    gets.push_back(g);
-  });
+  objstore::HttpConnection http(1, &layout, {},
+                                [&](const objstore::ObjectGet& g) { gets.push_back(g); });
   std::uint64_t req_pos = 0, resp_pos = 0;
   auto request = [&](const std::string& s, std::uint64_t t) {
     http.on_piece(objstore::Direction::kRequest, req_pos, s.size(), bytes_of(s), t, 1);
@@ -319,7 +320,7 @@ TEST_CASE("sanitize_label: every cap and encoding edge") {
   std::string s(253, 'a');
   s += "\xf0\x9f\x98\x80";
   CHECK(sensors::sanitize_label(s) == std::string(253, 'a'));
-  CHECK(sensors::sanitize_label("\xed\xa0\x80") == "???");  // a UTF-16 surrogate
+  CHECK(sensors::sanitize_label("\xed\xa0\x80") == "???");   // a UTF-16 surrogate
   CHECK(sensors::sanitize_label("a\x7f\xc2\x85") == "a__");  // DEL and C1 NEL
   CHECK(sensors::sanitize_label("") == "");
 }
@@ -341,9 +342,8 @@ TEST_CASE("mangled configs never crash: every byte flip is accepted or refused n
       if (r) continue;
       ++refused;
       const std::string& m = r.error().message;
-      CHECK_MESSAGE((m.rfind("config field \"", 0) == 0 ||
-                     m.rfind("config is not valid JSON", 0) == 0),
-                    m);
+      CHECK_MESSAGE(
+          (m.rfind("config field \"", 0) == 0 || m.rfind("config is not valid JSON", 0) == 0), m);
     }
   }
   CHECK(refused > 0);
@@ -351,7 +351,8 @@ TEST_CASE("mangled configs never crash: every byte flip is accepted or refused n
 
 TEST_CASE("a connection first seen mid-stream: UTF-8 and invalid client-ids are found again") {
   // With the sock tracepoints every connection is first seen through data, so the decoder
-  // resynchronises on the first plausible header. Non-ASCII client ids must not make it implausible.
+  // resynchronises on the first plausible header. Non-ASCII client ids must not make it
+  // implausible.
   for (std::string client : {std::string("ünï€😀-client"), std::string("bad\xff\xfe\xc0\x80utf8"),
                              std::string("plain")}) {
     Collect sink;
@@ -373,8 +374,8 @@ TEST_CASE("a connection first seen mid-stream: UTF-8 and invalid client-ids are 
 }
 
 TEST_CASE("ledger and audit log: invalid UTF-8 and 32 KiB client-ids are stored sanitized") {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("fc_rel_ledger_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("fc_rel_ledger_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   auto ledger = exporter::Ledger::open(dir.string());
   REQUIRE(ledger);
