@@ -96,7 +96,11 @@ struct conn_state {
   __u8 ignored;     /* not an IPv4/IPv6 stream socket */
   __u8 tls;         /* a TLS library works on this socket: raw bytes are ciphertext */
   __u8 bulk_run[2]; /* per direction: the last call was bulk (fc_policy) */
-  __u8 pad[4];
+  __u8 resp_state;  /* Kafka client connections: enum resp_state of the send direction */
+  __u8 pad[3];
+  __u32 fold_len; /* sendfile bytes folded and not reported yet: [pos[SEND] - fold_len, pos[SEND]) */
+  __u32 pad2;
+  __u64 resp_end; /* RESP_IN: send-stream position where the current response ends */
 };
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -309,6 +313,8 @@ static __always_inline void fill_common_task(struct fc_event_common* c, __u16 ki
   if (task) {
     /* The kernel keeps comm NUL-terminated and NUL-padded (strscpy_pad), as the helper does. */
     __builtin_memcpy(c->comm, task->comm, sizeof(c->comm));
+  } else if (c->tid == 0) { /* on behalf of a target from another context (see flush_fold) */
+    __builtin_memset(c->comm, 0, sizeof(c->comm));
   } else {
     bpf_get_current_comm(c->comm, sizeof(c->comm));
   }
@@ -394,7 +400,12 @@ static __always_inline struct conn_state* new_conn(__u64 key, struct sock* sk, _
   return live;
 }
 
+static __always_inline void flush_fold(struct conn_state* st, __u64 pid_tgid,
+                                       struct task_struct* task);
+
 static __always_inline void emit_close(struct conn_state* st, __u64 pid_tgid) {
+  if (st->fold_len) /* from another context (softirq, a timer): the owner, no thread */
+    flush_fold(st, (pid_tgid >> 32) == st->tgid ? pid_tgid : (__u64)st->tgid << 32, 0);
   struct fc_conn_event ev = {};
   fill_common(&ev.c, FC_EVENT_CLOSE, pid_tgid);
   if (ev.c.tgid != st->tgid) { /* closed from softirq or a timer: not the owner's thread */
@@ -466,7 +477,7 @@ static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u
  * for one-range and length-only calls, the reserved ring record itself). */
 static __always_inline void fill_data_hdr(struct fc_data_event* h, const struct conn_state* st,
                                           __u64 pid_tgid, struct task_struct* task, __u8 src,
-                                          __u64 pos, __u32 ret, __u8 direction) {
+                                          __u64 pos, __u32 ret, __u8 direction, __u32 hole) {
   fill_common_task(&h->c, FC_EVENT_DATA, pid_tgid, task);
   h->c.conn_id = st->conn_id;
   h->c.generation = st->generation;
@@ -482,7 +493,7 @@ static __always_inline void fill_data_hdr(struct fc_data_event* h, const struct 
   h->source = src;
   h->nsegs = 0;
   h->tls_lib = 0;
-  h->reserved = 0;
+  h->hole_before = hole;
 }
 
 /* A call whose bytes are not copied (sendfile, splice, mmsg, io_uring, TLS ciphertext, an
@@ -495,7 +506,7 @@ struct fc_data_event_short {
 };
 static __always_inline void emit_length_only(const struct conn_state* st, __u64 pid_tgid,
                                              struct task_struct* task, __u8 src, __u64 pos,
-                                             __u32 ret, __u8 direction) {
+                                             __u32 ret, __u8 direction, __u32 hole) {
   __u32 cpu = bpf_get_smp_processor_id();
   void* rb = bpf_map_lookup_elem(&ringbufs, &cpu);
   if (!rb) {
@@ -509,14 +520,15 @@ static __always_inline void emit_length_only(const struct conn_state* st, __u64 
     return;
   }
   /* Only the fields before `segs` are written (fill_data_hdr does not touch segs). */
-  fill_data_hdr((struct fc_data_event*)r, st, pid_tgid, task, src, pos, ret, direction);
+  fill_data_hdr((struct fc_data_event*)r, st, pid_tgid, task, src, pos, ret, direction, hole);
   bpf_ringbuf_submit(r, flags);
   count(FC_COUNTER_EVENTS);
 }
 
 /* One-range calls (read/write/sendto/recvfrom) copy straight into ring buffer memory: one copy
  * instead of two. The record has a fixed size class (reservations are constant-sized), so up to
- * a class's size minus the capture is unused tail; `captured` says what is valid. */
+ * a class's size minus the capture is unused tail; `captured` says what is valid. `*head` gets
+ * the call's first 4 bytes when they were copied (a Kafka response's size prefix). */
 #define FC_DIRECT_CLASS(N)                                                                 \
   do {                                                                                     \
     struct {                                                                               \
@@ -532,12 +544,13 @@ static __always_inline void emit_length_only(const struct conn_state* st, __u64 
     __u64 n = want;                                                                        \
     /* Clamp in asm so the compiler cannot drop the bound the verifier needs. */           \
     asm volatile("if %[n] <= %[max] goto +1; %[n] = %[max]" : [n] "+r"(n) : [max] "i"(N)); \
-    fill_data_hdr(&r->hdr, st, pid_tgid, task, src, pos, ret, direction);                  \
+    fill_data_hdr(&r->hdr, st, pid_tgid, task, src, pos, ret, direction, hole);            \
     if (bpf_probe_read_user(r->data, n, (const void*)buf) == 0) {                          \
       r->hdr.captured = n;                                                                 \
       r->hdr.nsegs = 1;                                                                    \
       r->hdr.segs[0].offset = 0;                                                           \
       r->hdr.segs[0].length = n;                                                           \
+      if (n >= 4) *head = *(__u32*)r->data;                                                \
     } else {                                                                               \
       count(FC_COUNTER_COPY_FAULTS);                                                       \
       r->hdr.c.flags |= FC_FLAG_COPY_FAULT;                                                \
@@ -548,7 +561,8 @@ static __always_inline void emit_length_only(const struct conn_state* st, __u64 
 
 static __always_inline void emit_direct(const struct conn_state* st, __u64 pid_tgid,
                                         struct task_struct* task, __u8 src, __u64 pos, __u32 ret,
-                                        __u8 direction, __u32 want, __u64 buf) {
+                                        __u8 direction, __u32 hole, __u32 want, __u64 buf,
+                                        __u32* head) {
   __u32 cpu = bpf_get_smp_processor_id();
   void* rb = bpf_map_lookup_elem(&ringbufs, &cpu);
   if (!rb) {
@@ -561,6 +575,49 @@ static __always_inline void emit_direct(const struct conn_state* st, __u64 pid_t
     FC_DIRECT_CLASS(4096);
   else
     FC_DIRECT_CLASS(FC_MAX_CAPTURE);
+}
+
+/* Response framing on Kafka client connections (send direction, plaintext): most of a
+ * broker's send calls for a local fetch are sendfiles of partitions' records, which carry no
+ * payload. One that ends inside a response is not given a record of its own: its length is
+ * folded into the connection (`fold_len`) and reported as `hole_before` of the connection's
+ * next send record, which comes microseconds later in the same response (the next partition's
+ * header, or the sendfile that ends the response). The framing only decides which sendfiles
+ * may wait; the bytes are always accounted: a receive or a close on the connection reports a
+ * pending fold first, so a wrong guess delays a hole's report, never loses it.
+ * Kafka alternates a request's receives and its response's sends on a connection (the channel
+ * is muted until the response is out), so the first send after a receive starts a response:
+ * its 4-byte size prefix gives the response's end, and each response that ends exactly there
+ * is followed by the next. Framing starts at the first receive after attach. */
+enum resp_state {
+  RESP_UNKNOWN = 0, /* not in step with the responses: nothing is folded */
+  RESP_NEXT = 1,    /* the next send starts a response */
+  RESP_IN = 2,      /* inside a response that ends at resp_end */
+};
+#define FC_MAX_RESPONSE (256U << 20) /* a larger size prefix is taken for a wrong guess */
+
+/* Reports the connection's folded sendfile bytes now: an empty send record that carries them
+ * (hole_before), at the send stream's current end. */
+static __always_inline void flush_fold(struct conn_state* st, __u64 pid_tgid,
+                                       struct task_struct* task) {
+  __u32 n = st->fold_len;
+  if (!n) return;
+  st->fold_len = 0;
+  emit_length_only(st, pid_tgid, task, FC_SRC_SENDFILE, st->pos[FC_DIR_SEND], 0, FC_DIR_SEND, n);
+}
+
+/* A send that starts a response whose first bytes were captured. */
+static __always_inline void start_response(struct conn_state* st, __u64 pos, __u32 ret,
+                                           __u32 head) {
+  __u32 size = bpf_ntohl(head);
+  if (size < 8 || size > FC_MAX_RESPONSE) return; /* stays RESP_UNKNOWN */
+  __u64 end = pos + 4 + size;
+  if (pos + ret < end) {
+    st->resp_end = end;
+    st->resp_state = RESP_IN;
+  } else if (pos + ret == end) {
+    st->resp_state = RESP_NEXT;
+  }
 }
 
 /* One data event for a target's socket call. a0..a3 are the syscall's arguments (fd, buffer,
@@ -600,22 +657,54 @@ static __always_inline void emit_data(struct conn_state* st, __u64 pid_tgid, __u
     }
   }
 
+  __u32 hole = 0;      /* folded sendfile bytes right before this call (send direction) */
+  int starts = 0;      /* this send starts a Kafka response */
+  if (st->policy.role == FC_ROLE_KAFKA_CLIENT && !st->tls) {
+    if (direction == FC_DIR_RECV) {
+      flush_fold(st, pid_tgid, task);
+      if (st->resp_state == RESP_UNKNOWN) st->resp_state = RESP_NEXT;
+    } else if (st->resp_state == RESP_IN) {
+      __u64 end = pos + ret;
+      if (end < st->resp_end) {
+        if (src == FC_SRC_SENDFILE && ret <= 0xffffffffU - st->fold_len) {
+          st->fold_len += ret;
+          count(FC_COUNTER_FOLDED);
+          return;
+        }
+      } else {
+        st->resp_state = end == st->resp_end ? RESP_NEXT : RESP_UNKNOWN;
+      }
+    } else if (st->resp_state == RESP_NEXT) {
+      starts = 1;
+      st->resp_state = RESP_UNKNOWN; /* until the size prefix is read below */
+    }
+    if (direction == FC_DIR_SEND) {
+      hole = st->fold_len;
+      st->fold_len = 0;
+    }
+  } else if (st->fold_len) { /* its role or TLS changed with a fold pending */
+    flush_fold(st, pid_tgid, task);
+  }
+
   const int one_range =
       src == FC_SRC_READ || src == FC_SRC_WRITE || src == FC_SRC_SENDTO || src == FC_SRC_RECVFROM;
   const int vectored =
       src == FC_SRC_READV || src == FC_SRC_WRITEV || src == FC_SRC_SENDMSG || src == FC_SRC_RECVMSG;
   if (st->tls || st->policy.role == FC_ROLE_IGNORE || call_cap == 0 || !(one_range || vectored)) {
-    emit_length_only(st, pid_tgid, task, src, pos, ret, direction);
+    emit_length_only(st, pid_tgid, task, src, pos, ret, direction, hole);
     return;
   }
+  __u32 head = 0; /* the call's first 4 bytes, when captured */
   if (one_range) {
-    emit_direct(st, pid_tgid, task, src, pos, ret, direction, min_u32(ret, call_cap), buf);
+    emit_direct(st, pid_tgid, task, src, pos, ret, direction, hole, min_u32(ret, call_cap), buf,
+                &head);
+    if (starts && head) start_response(st, pos, ret, head);
     return;
   }
 
   struct event_buf* ev = scratch_buf();
   if (!ev) return;
-  fill_data_hdr(&ev->hdr, st, pid_tgid, task, src, pos, ret, direction);
+  fill_data_hdr(&ev->hdr, st, pid_tgid, task, src, pos, ret, direction, hole);
   if (src == FC_SRC_READV || src == FC_SRC_WRITEV) {
     copy_iovecs(ev, buf, cnt, ret, call_cap, iov_cap);
   } else { /* sendmsg, recvmsg */
@@ -627,6 +716,8 @@ static __always_inline void emit_data(struct conn_state* st, __u64 pid_tgid, __u
       ev->hdr.c.flags |= FC_FLAG_COPY_FAULT;
     }
   }
+  if (starts && ev->hdr.nsegs > 0 && ev->hdr.segs[0].offset == 0 && ev->hdr.segs[0].length >= 4)
+    start_response(st, pos, ret, *(__u32*)ev->data);
   __u64 size = sizeof(struct fc_data_event) + (ev->hdr.captured & FC_CAPTURE_MASK);
   if (size > sizeof(*ev)) return;
   submit(ev, size);
@@ -973,7 +1064,7 @@ int BPF_KRETPROBE(tls_exit, long rc) {
   ev->hdr.source = FC_SRC_TLS;
   ev->hdr.nsegs = 0;
   ev->hdr.tls_lib = call.lib;
-  ev->hdr.reserved = 0;
+  ev->hdr.hole_before = 0;
   struct fc_policy pol = t->default_policy;
   if (st) {
     st->tls = 1;

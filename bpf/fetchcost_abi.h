@@ -12,6 +12,11 @@
  *        (captured = 0, nsegs = 0: sendfile, ciphertext, zero caps) may end before `segs`
  *        (FC_DATA_EVENT_SHORT bytes): userspace reads the missing segments as zeros. Most of a
  *        broker's send events are such; 96 instead of 160 bytes of ring each.
+ *        Folded sendfiles: on a Kafka client connection, a sendfile that ends inside a response
+ *        has no record of its own; the connection's next send record covers it (hole_before),
+ *        or an empty send record (length 0) that carries it if a receive or the close comes
+ *        first. Userspace hands such a hole on as the sendfile record it stands for, so
+ *        consumers see every call's bytes.
  *   FC_EVENT_CONNECT / FC_EVENT_CLOSE  struct fc_conn_event (no payload).
  * Both start with struct fc_event_common; dispatch on common.kind. */
 #ifndef FETCHCOST_ABI_H
@@ -141,7 +146,9 @@ struct fc_data_event {
   fc_u8 source;      /* enum fc_source */
   fc_u8 nsegs;       /* valid entries in segs */
   fc_u8 tls_lib;     /* enum fc_tls_lib for TLS_DATA */
-  fc_u32 reserved;
+  fc_u32 hole_before; /* send records of Kafka client connections: sendfile bytes folded in
+                         right before this call, stream [stream_pos - hole_before, stream_pos),
+                         length only (see "folded sendfiles" above) */
   struct fc_segment segs[FC_MAX_SEGMENTS];
 };
 FC_STATIC_ASSERT(sizeof(struct fc_data_event) == 152, "fc_data_event layout changed");
@@ -216,6 +223,7 @@ enum fc_counter {
   FC_COUNTER_COPY_FAULTS = 2,
   FC_COUNTER_TLS_EVENTS = 3,
   FC_COUNTER_CONN_EVENTS = 4,
+  FC_COUNTER_FOLDED = 5, /* sendfiles folded into a later record (no record of their own) */
   FC_COUNTER_MAX = 8,
 };
 

@@ -109,7 +109,8 @@ struct Capture::Impl {
   std::map<pid_t, Target> targets;
   std::uint64_t delivered = 0;
   std::uint64_t suppressed = 0;
-  fc_data_event short_event{};  // a short record widened (on_sample)
+  fc_data_event short_event{};   // a short record widened (on_sample)
+  fc_data_event folded_event{};  // the sendfiles a record's hole_before stands for (on_sample)
 
   ~Impl() {
     targets.clear();  // uprobe links first
@@ -153,6 +154,9 @@ struct Capture::Impl {
         ++self->suppressed;
         return 0;
       }
+      if (d->hole_before != 0 && d->direction == FC_DIR_SEND && d->hole_before <= d->stream_pos)
+        self->deliver_folded(*d);
+      if (d->length == 0) return 0;  // only carried folded sendfiles (a receive or close came)
       std::size_t payload = d->captured;
       if (payload > size - sizeof(fc_data_event)) payload = size - sizeof(fc_data_event);
       std::size_t nsegs = d->nsegs > FC_MAX_SEGMENTS ? FC_MAX_SEGMENTS : d->nsegs;
@@ -168,6 +172,24 @@ struct Capture::Impl {
     ++self->delivered;
     self->handler(view);
     return 0;
+  }
+
+  // Sendfiles the BPF side folded into this record (bpf/capture.bpf.c, response framing) are
+  // handed on first as the one length-only sendfile record they add up to, so consumers see
+  // the stream exactly as if each had a record.
+  void deliver_folded(const fc_data_event& d) {
+    folded_event = fc_data_event{};
+    folded_event.c = d.c;
+    folded_event.c.flags = 0;
+    folded_event.stream_pos = d.stream_pos - d.hole_before;
+    folded_event.length = d.hole_before;
+    folded_event.direction = d.direction;
+    folded_event.source = FC_SRC_SENDFILE;
+    EventView view{folded_event.c};
+    view.data = &folded_event;
+    view.folded = true;
+    ++delivered;
+    handler(view);
   }
 
   void deliver_conn(const fc_conn_event& ev) {
@@ -444,6 +466,7 @@ std::vector<Counters> Capture::per_cpu() const {
   read(FC_COUNTER_COPY_FAULTS, &Counters::copy_faults);
   read(FC_COUNTER_TLS_EVENTS, &Counters::tls_events);
   read(FC_COUNTER_CONN_EVENTS, &Counters::conn_events);
+  read(FC_COUNTER_FOLDED, &Counters::folded);
   return result;
 }
 
@@ -455,6 +478,7 @@ Counters Capture::totals() const {
     sum.copy_faults += c.copy_faults;
     sum.tls_events += c.tls_events;
     sum.conn_events += c.conn_events;
+    sum.folded += c.folded;
   }
   return sum;
 }

@@ -65,6 +65,7 @@ struct Counters {
   std::uint64_t copy_faults = 0;
   std::uint64_t tls_events = 0;
   std::uint64_t conn_events = 0;
+  std::uint64_t folded = 0;  // sendfiles reported by a later record (no record of their own)
 };
 
 // One record as the BPF side wrote it. For DATA/TLS_DATA `data` is set, `payload` holds the
@@ -76,6 +77,7 @@ struct EventView {
   const fc_conn_event* conn = nullptr;
   std::span<const std::uint8_t> payload;
   std::span<const fc_segment> segments;
+  bool folded = false;  // sendfiles the BPF side folded into the next record (length only)
 };
 using EventHandler = std::function<void(const EventView&)>;
 

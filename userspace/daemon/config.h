@@ -14,7 +14,7 @@
 //     "ledger": {"retention_days": 400, "hourly_days": 35},
 //     "audit_log": {"path": "", "max_bytes": 104857600, "keep": 5},
 //     "capture": {"ring_kib_per_cpu": 4096, "capture_bytes": 4096,
-//                 "tls_libraries": ["openssl", "gnutls"]},
+//                 "tls_libraries": ["openssl", "gnutls"], "drain_nice": -10},
 //     "attribution_enabled": true,
 //     "budgets": {"limits": [{"client_id": "scanner", "per_hour": 0.5},
 //                            {"group_id": "analytics", "per_hour": 2}],
@@ -61,6 +61,10 @@ struct Config {
   int audit_log_keep = 5;
   std::size_t ring_kib_per_cpu = 4096;
   std::uint32_t capture_bytes = 4096;
+  // Nice value of the thread that drains the ring buffers (0: left as started). It needs
+  // little CPU, but when it waits for a CPU the rings fill and records are lost: a busy broker
+  // host must not make it wait (docs/performance.md, "Drops").
+  int drain_nice = -10;
   std::vector<std::string> tls_libraries = {"openssl", "gnutls"};
   bool attribution_enabled = true;
   BudgetConfig budgets;

@@ -1,14 +1,17 @@
 // fetchcostd: watches Kafka broker processes with eBPF and serves per-client remote-fetch cost.
 #include <arpa/inet.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <set>
 #include <string>
@@ -53,13 +56,14 @@ std::string endpoint(unsigned family, const std::uint8_t* addr, unsigned port) {
 void print_capture_status(const fc::capture::Status& s) {
   std::fprintf(stderr,
                "status: variant=%s ring=%zu bytes/cpu events=%llu drops=%llu "
-               "delivered=%llu tls_events=%llu ciphertext_suppressed=%llu\n",
+               "delivered=%llu tls_events=%llu ciphertext_suppressed=%llu folded=%llu\n",
                fc::capture::variant_name(s.variant), s.ring_bytes_per_cpu,
                static_cast<unsigned long long>(s.totals.events),
                static_cast<unsigned long long>(s.totals.drops),
                static_cast<unsigned long long>(s.delivered),
                static_cast<unsigned long long>(s.totals.tls_events),
-               static_cast<unsigned long long>(s.ciphertext_suppressed));
+               static_cast<unsigned long long>(s.ciphertext_suppressed),
+               static_cast<unsigned long long>(s.totals.folded));
   for (std::size_t cpu = 0; cpu < s.per_cpu.size(); ++cpu)
     std::fprintf(stderr, "status:   cpu %zu events=%llu drops=%llu\n", cpu,
                  static_cast<unsigned long long>(s.per_cpu[cpu].events),
@@ -93,6 +97,7 @@ int main(int argc, char** argv) {
   std::uint32_t capture_bytes = 4096;
   std::uint32_t iovec_bytes = 4096;
   std::size_t ring_kib = 4096;
+  int drain_nice = -10;
   double duration_s = 0;
   double status_interval_s = 0;
   bool print_events = false;
@@ -115,6 +120,10 @@ int main(int argc, char** argv) {
   app.add_option("--iovec-bytes", iovec_bytes, "Bytes copied from each iovec of a call")
       ->capture_default_str();
   app.add_option("--ring-kib", ring_kib, "Ring buffer size per CPU, KiB")->capture_default_str();
+  app.add_option("--drain-nice", drain_nice,
+                 "Nice value of the ring-buffer drain thread (0 = unchanged)")
+      ->check(CLI::Range(-20, 19))
+      ->capture_default_str();
   app.add_option("--capture-variant", variant,
                  "Socket hooks: auto, sock-tracepoints (Linux >= 6.3) or syscall-tracepoints")
       ->check(CLI::IsMember({"auto", "sock-tracepoints", "syscall-tracepoints"}))
@@ -145,6 +154,7 @@ int main(int argc, char** argv) {
     if (cgroup.empty()) cgroup = config.cgroup;
     if (app.count("--capture-bytes") == 0) capture_bytes = config.capture_bytes;
     if (app.count("--ring-kib") == 0) ring_kib = config.ring_kib_per_cpu;
+    if (app.count("--drain-nice") == 0) drain_nice = config.drain_nice;
     auto listed = [&](const std::string& lib) {
       return std::find(config.tls_libraries.begin(), config.tls_libraries.end(), lib) !=
              config.tls_libraries.end();
@@ -220,6 +230,14 @@ int main(int argc, char** argv) {
     return true;
   };
   if ((*service)->attribution_enabled() && !open_capture()) return 2;
+  // This thread drains the rings; the HTTP and ledger threads started before it keep their
+  // priority. Before the capabilities go: it needs CAP_SYS_NICE.
+  if (drain_nice != 0 && setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), drain_nice) != 0)
+    std::fprintf(stderr,
+                 "fetchcostd: could not set the drain thread's nice value to %d (%s): it keeps "
+                 "its priority, so ring-buffer drops are more likely on a busy host; grant "
+                 "CAP_SYS_NICE or set capture.drain_nice to 0\n",
+                 drain_nice, std::strerror(errno));
   // Probes attached, listen socket bound: keep only what re-attaching needs (daemon/privileges.h).
   if (auto caps = fc::daemon::drop_unneeded_capabilities(); !caps)
     std::fprintf(stderr, "fetchcostd: warning: %s\n", caps.error().message.c_str());

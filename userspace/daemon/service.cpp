@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -227,6 +228,9 @@ struct Service::Impl {
   std::atomic<std::uint64_t> save_last_ns{0};
   std::atomic<std::uint64_t> save_max_ns{0};
   std::atomic<std::uint64_t> save_errors{0};
+  // The nice value fetchcostd started with: budget hooks run at it, not at the raised priority
+  // of the capture drain thread that starts them (capture.drain_nice).
+  const int start_nice = getpriority(PRIO_PROCESS, 0);
   bool save_failing = false;         // saver thread (or shutdown, after it stopped) only
   std::int64_t compacted_hour = -1;  // likewise
 
@@ -362,7 +366,9 @@ struct Service::Impl {
         "FETCHCOST_CURRENCY=" + currency};
     ++actions->in_flight;
     std::thread([counters = actions, command = b.command, webhook = b.webhook, env,
+                 nice = start_nice,
                  body = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)] {
+      setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), nice);
       if (!command.empty()) run_command(command, env, *counters);
       if (!webhook.empty()) post_webhook(webhook, body, *counters);
       --counters->in_flight;
@@ -613,6 +619,7 @@ struct Service::Impl {
       doc["events_per_cpu"] = events_per_cpu;
       doc["drops"] = capture_status.totals.drops;
       doc["tls_events"] = capture_status.totals.tls_events;
+      doc["folded_sendfiles"] = capture_status.totals.folded;
       doc["handled_events"] = events.load(std::memory_order_relaxed);
       doc["drain"] = {{"wait_seconds_total", static_cast<double>(drain_wait_ns) / 1e9},
                       {"wait_max_seconds", static_cast<double>(drain_wait_max_ns) / 1e9},

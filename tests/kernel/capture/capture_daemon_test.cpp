@@ -4,6 +4,7 @@
 // payload) and --status are the observations.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,6 +79,17 @@ struct Daemon {
   }
 };
 
+// A thread's nice value: field 19 of /proc/PID/task/TID/stat (after the parenthesised name).
+int thread_nice(pid_t pid, const std::string& tid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + tid + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 19 && rest >> field; ++i) {
+  }
+  return std::stoi(field);
+}
+
 bool wait_for(const std::string& path, const std::string& needle, int ms) {
   for (int i = 0; i < ms / 20; ++i) {
     std::ifstream in(path);
@@ -95,7 +107,18 @@ void check_restart(const std::vector<std::string>& selector, const std::string& 
   std::vector<std::string> args = selector;
   for (const char* a : {"--print-events", "--status", "--duration", "14"}) args.push_back(a);
   Daemon d(args, out);
-  REQUIRE(wait_for(out, "attached on", 10000));
+  REQUIRE(wait_for(out, "capabilities now", 10000));
+  // The ring-buffer drain (the main thread) runs at capture.drain_nice's default, the other
+  // threads (HTTP, ledger saver) at the priority fetchcostd started with.
+  CHECK(thread_nice(d.pid, std::to_string(d.pid)) == -10);
+  int others = 0;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(d.pid) + "/task")) {
+    if (t.path().filename() == std::to_string(d.pid)) continue;
+    ++others;
+    CHECK(thread_nice(d.pid, t.path().filename()) == getpriority(PRIO_PROCESS, 0));
+  }
+  CHECK(others >= 1);
   pid_t first = spawn_workload(marker, cgroup_dir);
   int status = 0;
   REQUIRE(waitpid(first, &status, 0) == first);

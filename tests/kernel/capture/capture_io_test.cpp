@@ -740,3 +740,170 @@ TEST_CASE("bulk runs copy only a prefix after their first call, sock tracepoints
 TEST_CASE("bulk runs copy only a prefix after their first call, syscall tracepoints") {
   run_bulk(Variant::kSyscallTracepoints);
 }
+
+namespace {
+
+// Response framing on a Kafka client connection: a sendfile that ends inside a response has no
+// record of its own; it reaches userspace as the sendfile record it stands for, ahead of the
+// record that carried it. A wrong guess (a size prefix the response does not keep) only delays
+// the report until the connection's next receive or its close.
+struct SendCall {
+  bool file;
+  std::string bytes;
+};
+
+bool send_call(int fd, const SendCall& c) {
+  if (!c.file) {
+    iovec iov{const_cast<char*>(c.bytes.data()), c.bytes.size()};
+    return writev(fd, &iov, 1) == static_cast<ssize_t>(c.bytes.size());
+  }
+  char path[] = "/tmp/fc-fold-XXXXXX";
+  int f = mkstemp(path);
+  if (f < 0) return false;
+  unlink(path);
+  bool ok = write(f, c.bytes.data(), c.bytes.size()) == static_cast<ssize_t>(c.bytes.size());
+  off_t start = 0;
+  ok = ok && sendfile(fd, f, &start, c.bytes.size()) == static_cast<ssize_t>(c.bytes.size());
+  close(f);
+  return ok;
+}
+
+std::string be32(std::uint32_t v) {
+  v = htonl(v);
+  return std::string(reinterpret_cast<const char*>(&v), 4);
+}
+
+// A response: its first call starts with the size prefix of the whole response (or `claim`).
+std::vector<SendCall> response(std::vector<std::pair<bool, std::size_t>> calls, unsigned seed,
+                               std::uint32_t claim = 0) {
+  std::size_t total = 0;
+  for (const auto& c : calls) total += c.second;
+  std::vector<SendCall> out;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    std::string b = pattern(calls[i].second, seed + static_cast<unsigned>(i));
+    if (i == 0) b.replace(0, 4, be32(claim ? claim : static_cast<std::uint32_t>(total - 4)));
+    out.push_back({calls[i].first, b});
+  }
+  return out;
+}
+
+// The calls the target makes on the broker side, in order; `request` marks where the client's
+// request is read. The expected fold of each is in `folded_expected`.
+const std::vector<std::pair<bool, std::size_t>> kR1 = {
+    {false, 24}, {true, 3000}, {false, 30}, {true, 5000}, {false, 10}};
+const std::vector<std::pair<bool, std::size_t>> kR2 = {
+    {false, 20}, {true, 4000}, {false, 20}, {true, 2000}};  // ends with a sendfile
+const std::vector<std::pair<bool, std::size_t>> kR3 = {{false, 8}, {true, 1000}};  // claims more
+const bool kFoldedExpected[] = {false, true,  false, true,  false, false,
+                                true,  false, false, false, true,  true};
+
+std::vector<SendCall> broker_calls() {
+  std::vector<SendCall> all;
+  for (auto& c : response(kR1, 40)) all.push_back(c);
+  for (auto& c : response(kR2, 50)) all.push_back(c);  // pipelined: no request in between
+  for (auto& c : response(kR3, 60, 100000)) all.push_back(c);
+  all.push_back({true, pattern(500, 70)});  // after the next request, then the close
+  return all;
+}
+
+int fold_scenario(Child& self) {
+  Loopback lb;
+  if (!open_loopback(AF_INET, lb)) return 10;
+  self.report(lb.listen_port);
+  self.wait_parent();  // the listener's port is a Kafka port now
+  const std::string request = pattern(30, 80);
+  std::string got(30, '\0');
+  auto serve_request = [&] {
+    return write(lb.client, request.data(), 30) == 30 && wait_inq(lb.server, 30) &&
+           read(lb.server, got.data(), 30) == 30;
+  };
+  if (!serve_request()) return 11;
+  const auto calls = broker_calls();
+  for (std::size_t i = 0; i + 1 < calls.size(); ++i)
+    if (!send_call(lb.server, calls[i])) return 12;
+  if (!serve_request()) return 13;  // reports the folded sendfile of the wrong guess
+  if (!send_call(lb.server, calls.back())) return 14;
+  std::size_t total = 0;
+  for (const auto& c : calls) total += c.bytes.size();
+  std::string sink(total, '\0');
+  if (!wait_inq(lb.client, total) || read(lb.client, sink.data(), total) != ssize_t(total))
+    return 15;
+  close(lb.server);  // reports the last fold
+  close(lb.client);
+  self.report(lb.client_port);
+  self.wait_parent();
+  return 0;
+}
+
+void run_fold(Variant variant) {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  Collector col({.ring_bytes_per_cpu = 1 << 20, .default_policy = kDefault, .variant = variant});
+  Child target(fold_scenario);
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  const auto listen_port = static_cast<std::uint16_t>(target.receive());
+  REQUIRE(
+      col.capture->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
+  target.nod();
+  const auto client_port = static_cast<std::uint16_t>(target.receive());
+  usleep(50000);  // the close's last state change
+  col.drain(5);
+  target.nod();
+  CHECK(target.wait() == 0);
+  col.capture->clear_port_policy(listen_port, false);
+
+  fc_u64 server = 0;
+  for (const auto& r : col.records)
+    if (r.common.kind == FC_EVENT_CONNECT && r.conn.local_port == listen_port &&
+        r.conn.peer_port == client_port && r.conn.origin != FC_ORIGIN_PROC_SCAN)
+      server = r.common.conn_id;
+  REQUIRE(server != 0);
+  // Delivery order of the server's records: sends, receives and the close.
+  std::vector<const Record*> sends;
+  std::size_t last_recv = 0, close_at = 0, second_recv_at = 0, recvs = 0;
+  for (std::size_t i = 0; i < col.records.size(); ++i) {
+    const Record& r = col.records[i];
+    if (r.common.conn_id != server) continue;
+    if (r.common.kind == FC_EVENT_CLOSE) close_at = i;
+    if (r.common.kind != FC_EVENT_DATA) continue;
+    if (r.data.direction == FC_DIR_SEND) {
+      sends.push_back(&r);
+    } else if (++recvs == 2) {
+      second_recv_at = i;
+    }
+    last_recv = i;
+  }
+  (void)last_recv;
+  const auto calls = broker_calls();
+  REQUIRE(sends.size() == calls.size());
+  std::size_t pos = 0;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    INFO("call " << i);
+    const Record& r = *sends[i];
+    CHECK(r.data.stream_pos == pos);
+    CHECK(r.data.length == calls[i].bytes.size());
+    CHECK(r.data.source == (calls[i].file ? FC_SRC_SENDFILE : FC_SRC_WRITEV));
+    CHECK(r.folded == kFoldedExpected[i]);
+    if (!calls[i].file) CHECK((r.payload == calls[i].bytes));
+    if (calls[i].file) CHECK(r.data.captured == 0);
+    pos += calls[i].bytes.size();
+  }
+  // The wrong guess's fold comes before the request that reported it, the last before the close.
+  const std::size_t wrong_fold = std::size_t(sends[10] - col.records.data());
+  const std::size_t last_fold = std::size_t(sends[11] - col.records.data());
+  CHECK(wrong_fold < second_recv_at);
+  REQUIRE(close_at != 0);
+  CHECK(last_fold < close_at);
+  CHECK(col.records[close_at].conn.bytes[FC_DIR_SEND] == pos);
+  CHECK(col.capture->totals().folded == 5);
+}
+
+}  // namespace
+
+TEST_CASE("sendfiles inside a Kafka response are folded, sock tracepoints") {
+  run_fold(Variant::kSockTracepoints);
+}
+TEST_CASE("sendfiles inside a Kafka response are folded, syscall tracepoints") {
+  run_fold(Variant::kSyscallTracepoints);
+}

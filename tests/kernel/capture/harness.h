@@ -106,6 +106,7 @@ struct Record {
   fc_data_event data{};
   fc_conn_event conn{};
   bool is_data = false;
+  bool folded = false;
   std::string payload;
   std::vector<fc_segment> segments;
 };
@@ -120,6 +121,7 @@ struct Collector {
       r.common = ev.common;
       if (ev.data) {
         r.is_data = true;
+        r.folded = ev.folded;
         r.data = *ev.data;
         r.payload.assign(ev.payload.begin(), ev.payload.end());
         r.segments.assign(ev.segments.begin(), ev.segments.end());
