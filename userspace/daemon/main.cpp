@@ -197,11 +197,11 @@ int main(int argc, char** argv) {
       const fc_data_event& d = *ev.data;
       std::printf(
           "%s pid=%u tid=%u comm=%.*s conn=%#llx gen=%u fd=%d dir=%s src=%u pos=%llu "
-          "len=%u captured=%u segs=%u flags=%#x\n",
+          "len=%u captured=%u segs=%u flags=%#x%s\n",
           c.kind == FC_EVENT_TLS_DATA ? "tls" : "data", c.tgid, c.tid, FC_COMM_LEN, c.comm,
           static_cast<unsigned long long>(c.conn_id), c.generation, c.fd,
           direction_name(d.direction), d.source, static_cast<unsigned long long>(d.stream_pos),
-          d.length, d.captured, d.nsegs, c.flags);
+          d.length, d.captured, d.nsegs, c.flags, ev.folded ? " folded" : "");
     } else if (ev.conn) {
       const fc_conn_event& k = *ev.conn;
       std::printf("%s pid=%u conn=%#llx gen=%u fd=%d origin=%u local=%s peer=%s\n",
@@ -225,6 +225,16 @@ int main(int argc, char** argv) {
     }
     capture = std::move(*opened);
     watched.clear();
+    // The broker's listeners: their connections are Kafka client connections to the BPF side
+    // too, which then folds the sendfiles inside a response into fewer records
+    // (bpf/capture.bpf.c, response framing). Same capture sizes as every other connection.
+    for (std::uint16_t port : config.kafka_ports) {
+      fc::capture::Policy kafka = options.default_policy;
+      kafka.role = FC_ROLE_KAFKA_CLIENT;
+      if (auto r = capture->set_port_policy(port, false, kafka); !r)
+        std::fprintf(stderr, "fetchcostd: warning: Kafka port %u: %s\n", port,
+                     r.error().message.c_str());
+    }
     std::fprintf(stderr, "fetchcostd: BPF programs (%s) attached on %d CPUs\n",
                  fc::capture::variant_name(capture->variant()), capture->cpu_count());
     return true;

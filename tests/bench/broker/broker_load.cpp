@@ -101,6 +101,11 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "measured time")->capture_default_str();
   app.add_option("--warmup", warmup, "seconds before measuring")->capture_default_str();
   app.add_option("--client-id", client_id)->capture_default_str();
+  double rate = 0;
+  app.add_option("--rate", rate,
+                 "messages per second per consumer (0 = as fast as the broker answers); a paced "
+                 "load compares the broker's CPU at the same fetch rate")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (int(los.size()) != partitions || int(his.size()) != partitions) {
     std::fprintf(stderr, "broker_load: give --lo and --hi once per partition\n");
@@ -153,9 +158,18 @@ int main(int argc, char** argv) {
         if (auto* e = rd_kafka_seek_partitions(rk, s, 0)) rd_kafka_error_destroy(e);
         rd_kafka_topic_partition_list_destroy(s);
       };
+      // Pacing: every 256 messages, wait until the schedule catches up (librdkafka then
+      // fetches only as fast as its prefetch queue drains).
+      auto due = std::chrono::steady_clock::now();
+      std::uint64_t taken = 0;
       while (!stop) {
         rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
         if (!m) continue;
+        if (rate > 0 && ++taken % 256 == 0) {
+          due += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              std::chrono::duration<double>(256 / rate));
+          std::this_thread::sleep_until(due);
+        }
         const int p = m->partition;
         if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
           if (p >= 0 && p < partitions) seek_start(p);
