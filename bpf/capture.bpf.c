@@ -527,12 +527,13 @@ static __always_inline void emit_length_only(const struct conn_state* st, __u64 
 
 /* One-range calls (read/write/sendto/recvfrom) copy straight into ring buffer memory: one copy
  * instead of two. The record has a fixed size class (reservations are constant-sized), so up to
- * a class's size minus the capture is unused tail; `captured` says what is valid. `*head` gets
+ * a class's size minus the capture is unused tail; `captured` says what is valid. The header
+ * stops after segs[0] (FC_FLAG_ONE_SEGMENT): a one-range call has one segment. `*head` gets
  * the call's first 4 bytes when they were copied (a Kafka response's size prefix). */
 #define FC_DIRECT_CLASS(N)                                                                 \
   do {                                                                                     \
     struct {                                                                               \
-      struct fc_data_event hdr;                                                            \
+      __u8 hdr[FC_DATA_EVENT_ONE_SEGMENT]; /* struct fc_data_event up to segs[0] */        \
       __u8 data[N];                                                                        \
     } * r;                                                                                 \
     __u64 flags = wakeup_flags(sizeof(*r));                                                \
@@ -541,19 +542,22 @@ static __always_inline void emit_length_only(const struct conn_state* st, __u64 
       count(FC_COUNTER_DROPS);                                                             \
       return;                                                                              \
     }                                                                                      \
+    struct fc_data_event* h = (struct fc_data_event*)r->hdr;                               \
     __u64 n = want;                                                                        \
     /* Clamp in asm so the compiler cannot drop the bound the verifier needs. */           \
     asm volatile("if %[n] <= %[max] goto +1; %[n] = %[max]" : [n] "+r"(n) : [max] "i"(N)); \
-    fill_data_hdr(&r->hdr, st, pid_tgid, task, src, pos, ret, direction, hole);            \
+    fill_data_hdr(h, st, pid_tgid, task, src, pos, ret, direction, hole);                  \
+    h->c.flags |= FC_FLAG_ONE_SEGMENT;                                                     \
+    h->segs[0].offset = 0;                                                                 \
+    h->segs[0].length = 0;                                                                 \
     if (bpf_probe_read_user(r->data, n, (const void*)buf) == 0) {                          \
-      r->hdr.captured = n;                                                                 \
-      r->hdr.nsegs = 1;                                                                    \
-      r->hdr.segs[0].offset = 0;                                                           \
-      r->hdr.segs[0].length = n;                                                           \
+      h->captured = n;                                                                     \
+      h->nsegs = 1;                                                                        \
+      h->segs[0].length = n;                                                               \
       if (n >= 4) *head = *(__u32*)r->data;                                                \
     } else {                                                                               \
       count(FC_COUNTER_COPY_FAULTS);                                                       \
-      r->hdr.c.flags |= FC_FLAG_COPY_FAULT;                                                \
+      h->c.flags |= FC_FLAG_COPY_FAULT;                                                    \
     }                                                                                      \
     bpf_ringbuf_submit(r, flags);                                                          \
     count(FC_COUNTER_EVENTS);                                                              \

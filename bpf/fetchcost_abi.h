@@ -11,7 +11,10 @@
  *        hole (not captured) — exact, never guessed. A DATA record that carries no payload
  *        (captured = 0, nsegs = 0: sendfile, ciphertext, zero caps) may end before `segs`
  *        (FC_DATA_EVENT_SHORT bytes): userspace reads the missing segments as zeros. Most of a
- *        broker's send events are such; 96 instead of 160 bytes of ring each.
+ *        broker's send events are such; 96 instead of 160 bytes of ring each. A one-range call
+ *        (read, write, sendto, recvfrom) has at most one segment: its record sets
+ *        FC_FLAG_ONE_SEGMENT and its payload follows segs[0] (FC_DATA_EVENT_ONE_SEGMENT bytes
+ *        of header instead of 152: one cache line less of ring per record).
  *        Folded sendfiles: on a Kafka client connection, a sendfile that ends inside a response
  *        has no record of its own; the connection's next send record covers it (hole_before),
  *        or an empty send record (length 0) that carries it if a receive or the close comes
@@ -98,6 +101,8 @@ enum fc_event_flags {
   FC_FLAG_TRUNCATED_SEGS = 1 << 1, /* more iovecs than FC_MAX_SEGMENTS: the rest are holes */
   FC_FLAG_COPY_FAULT = 1 << 2,     /* a user buffer could not be read: that range is a hole */
   FC_FLAG_TLS_UNBOUND = 1 << 3,    /* TLS_DATA whose socket is not known yet (conn_id = 0) */
+  FC_FLAG_ONE_SEGMENT = 1 << 4,    /* a one-range call's record: the header ends after segs[0]
+                                      (FC_DATA_EVENT_ONE_SEGMENT bytes), the payload follows */
 };
 
 /* fc_conn_event.origin: how the connection was found. */
@@ -153,7 +158,11 @@ struct fc_data_event {
 };
 FC_STATIC_ASSERT(sizeof(struct fc_data_event) == 152, "fc_data_event layout changed");
 #define FC_DATA_EVENT_SHORT 88 /* offsetof(struct fc_data_event, segs) */
+#define FC_DATA_EVENT_ONE_SEGMENT 96 /* offsetof(struct fc_data_event, segs[1]) */
 FC_STATIC_ASSERT(__builtin_offsetof(struct fc_data_event, segs) == FC_DATA_EVENT_SHORT,
+                 "fc_data_event layout changed");
+FC_STATIC_ASSERT(__builtin_offsetof(struct fc_data_event, segs) + sizeof(struct fc_segment) ==
+                     FC_DATA_EVENT_ONE_SEGMENT,
                  "fc_data_event layout changed");
 
 struct fc_conn_event {

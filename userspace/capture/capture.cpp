@@ -138,7 +138,20 @@ struct Capture::Impl {
     EventView view{*common};
     if (common->kind == FC_EVENT_DATA || common->kind == FC_EVENT_TLS_DATA) {
       const auto* d = static_cast<const fc_data_event*>(data);
-      if (size < sizeof(fc_data_event)) {
+      // Where the payload starts: after the whole header, or after segs[0] for a one-range
+      // call's record (FC_FLAG_ONE_SEGMENT), whose header is widened here like a short one.
+      const auto* payload_at = static_cast<const std::uint8_t*>(data) + sizeof(fc_data_event);
+      std::size_t payload_room = size >= sizeof(fc_data_event) ? size - sizeof(fc_data_event) : 0;
+      if (size >= FC_DATA_EVENT_ONE_SEGMENT && (d->c.flags & FC_FLAG_ONE_SEGMENT)) {
+        std::memcpy(&self->short_event, data, FC_DATA_EVENT_ONE_SEGMENT);
+        std::memset(self->short_event.segs + 1, 0,
+                    sizeof(self->short_event.segs) - sizeof(fc_segment));
+        if (self->short_event.nsegs > 1) self->short_event.nsegs = 1;
+        self->short_event.c.flags &= ~FC_FLAG_ONE_SEGMENT;
+        payload_at = static_cast<const std::uint8_t*>(data) + FC_DATA_EVENT_ONE_SEGMENT;
+        payload_room = size - FC_DATA_EVENT_ONE_SEGMENT;
+        d = &self->short_event;
+      } else if (size < sizeof(fc_data_event)) {
         // A record without payload ends before its segments (FC_DATA_EVENT_SHORT): hand on a
         // full header with no segments, so consumers never see the difference.
         if (size < FC_DATA_EVENT_SHORT) return 0;
@@ -147,8 +160,6 @@ struct Capture::Impl {
         self->short_event.captured = 0;
         self->short_event.nsegs = 0;
         d = &self->short_event;
-        data = &self->short_event;
-        size = sizeof(fc_data_event);
       }
       if (!self->options.deliver_tls_ciphertext && (d->c.flags & FC_FLAG_TLS_CIPHERTEXT)) {
         ++self->suppressed;
@@ -157,11 +168,10 @@ struct Capture::Impl {
       if (d->hole_before != 0 && d->direction == FC_DIR_SEND && d->hole_before <= d->stream_pos)
         self->deliver_folded(*d);
       if (d->length == 0) return 0;  // only carried folded sendfiles (a receive or close came)
-      std::size_t payload = d->captured;
-      if (payload > size - sizeof(fc_data_event)) payload = size - sizeof(fc_data_event);
+      std::size_t payload = std::min<std::size_t>(d->captured, payload_room);
       std::size_t nsegs = d->nsegs > FC_MAX_SEGMENTS ? FC_MAX_SEGMENTS : d->nsegs;
       view.data = d;
-      view.payload = {static_cast<const std::uint8_t*>(data) + sizeof(fc_data_event), payload};
+      view.payload = {payload_at, payload};
       view.segments = {d->segs, nsegs};
     } else if (common->kind == FC_EVENT_CONNECT || common->kind == FC_EVENT_CLOSE) {
       if (size < sizeof(fc_conn_event)) return 0;

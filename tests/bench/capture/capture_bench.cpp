@@ -11,10 +11,12 @@
 //
 //   bench_capture [ROUNDS [SECONDS [CAPTURE_BYTES [throughput-only]]]]   (defaults 9 1.5 4096)
 // throughput-only still measures the sock variant (its non-target cost corrects the shares).
+// FC_BENCH_PIN=1 pins the writer and the reader to CPUs 0 and 1 (steadier wall ratios).
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -332,6 +334,18 @@ Spread spread(std::vector<double> v) {
   return {at(0.5), v.front(), v.back(), at(0.25), at(0.75)};
 }
 
+// FC_BENCH_PIN=1: the writer on CPU 0, the reader on CPU 1 (fetchcostd is not pinned), so
+// rounds do not differ by where the scheduler put the two; the wall ratios spread less.
+void pin_to(int cpu) {
+  static const bool pin =
+      std::getenv("FC_BENCH_PIN") && std::string(std::getenv("FC_BENCH_PIN")) == "1";
+  if (!pin || cpu >= static_cast<int>(std::thread::hardware_concurrency())) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof(set), &set);
+}
+
 void print_throughput(int rounds, double seconds, std::uint32_t cap_bytes,
                       double non_target_send_ns) {
   std::vector<double> wall_ratio, cpu_ratio, bare_wall, captured_wall, send_shares, recv_shares,
@@ -343,6 +357,7 @@ void print_throughput(int rounds, double seconds, std::uint32_t cap_bytes,
       const bool attached = (k == 0) == (round % 2 == 1);
       Pair p = loopback_pair();
       Child reader([fd = p.server, other = p.client] {
+        pin_to(1);
         close(other);  // EOF when the writer is done
         std::vector<char> in(64 * 1024);
         while (read(fd, in.data(), in.size()) > 0) {
@@ -350,6 +365,7 @@ void print_throughput(int rounds, double seconds, std::uint32_t cap_bytes,
         return std::pair<double, double>{0, 0};
       });
       Child writer([fd = p.client, other = p.server, seconds] {
+        pin_to(0);
         close(other);
         std::vector<char> buf(64 * 1024, 'y');
         std::uint64_t sent = 0;
