@@ -14,7 +14,7 @@
 //     "ledger": {"retention_days": 400, "hourly_days": 35},
 //     "audit_log": {"path": "", "max_bytes": 104857600, "keep": 5},
 //     "capture": {"ring_kib_per_cpu": 4096, "capture_bytes": 4096,
-//                 "tls_libraries": ["openssl", "gnutls"], "drain_nice": -10},
+//                 "tls_libraries": ["openssl", "gnutls"], "drain_nice": 0},
 //     "attribution_enabled": true,
 //     "budgets": {"limits": [{"client_id": "scanner", "per_hour": 0.5},
 //                            {"group_id": "analytics", "per_hour": 2}],
@@ -62,9 +62,9 @@ struct Config {
   std::size_t ring_kib_per_cpu = 4096;
   std::uint32_t capture_bytes = 4096;
   // Nice value of the thread that drains the ring buffers (0: left as started). It needs
-  // little CPU, but when it waits for a CPU the rings fill and records are lost: a busy broker
-  // host must not make it wait (docs/performance.md, "Drops").
-  int drain_nice = -10;
+  // little CPU, but when it waits long for a CPU the rings fill and records are lost; a host that
+  // sees drops under CPU load can raise it (docs/performance.md, "Drain priority").
+  int drain_nice = 0;
   std::vector<std::string> tls_libraries = {"openssl", "gnutls"};
   bool attribution_enabled = true;
   BudgetConfig budgets;

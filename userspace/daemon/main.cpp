@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   std::uint32_t capture_bytes = 4096;
   std::uint32_t iovec_bytes = 4096;
   std::size_t ring_kib = 4096;
-  int drain_nice = -10;
+  int drain_nice = 0;
   double duration_s = 0;
   double status_interval_s = 0;
   bool print_events = false;

@@ -105,12 +105,13 @@ void check_restart(const std::vector<std::string>& selector, const std::string& 
                    const std::string& cgroup_dir) {
   const std::string out = "/tmp/fc-daemon-test-" + std::to_string(getpid()) + ".log";
   std::vector<std::string> args = selector;
-  for (const char* a : {"--print-events", "--status", "--duration", "14"}) args.push_back(a);
+  for (const char* a : {"--print-events", "--status", "--duration", "14", "--drain-nice", "-5"})
+    args.push_back(a);
   Daemon d(args, out);
   REQUIRE(wait_for(out, "capabilities now", 10000));
-  // The ring-buffer drain (the main thread) runs at capture.drain_nice's default, the other
-  // threads (HTTP, ledger saver) at the priority fetchcostd started with.
-  CHECK(thread_nice(d.pid, std::to_string(d.pid)) == -10);
+  // The ring-buffer drain (the main thread) runs at --drain-nice, the other threads (HTTP,
+  // ledger saver) at the priority fetchcostd started with.
+  CHECK(thread_nice(d.pid, std::to_string(d.pid)) == -5);
   int others = 0;
   for (const auto& t :
        std::filesystem::directory_iterator("/proc/" + std::to_string(d.pid) + "/task")) {

@@ -11,20 +11,20 @@ TEST_CASE("an empty config gives the documented defaults") {
   CHECK(c->cmdline_match == "kafka.Kafka");
   CHECK(c->max_sensors == 10000);
   CHECK_FALSE(c->partition_label);
-  CHECK(c->drain_nice == -10);
+  CHECK(c->drain_nice == 0);
 }
 
 TEST_CASE("fields are read, and every error names its field") {
   auto c = parse_config(R"({"kafka_ports":[9092,9093],"object_store":{"ports":[9000]},
       "sensors":{"max_sensors":5,"partition_label":true},"audit_log":{"path":"/tmp/a"},
-      "capture":{"drain_nice":0}})");
+      "capture":{"drain_nice":-5}})");
   REQUIRE(c.ok());
   CHECK(c->kafka_ports == std::vector<std::uint16_t>{9092, 9093});
   CHECK(c->object_store_ports == std::vector<std::uint16_t>{9000});
   CHECK(c->max_sensors == 5);
   CHECK(c->partition_label);
   CHECK(c->audit_log_path == "/tmp/a");
-  CHECK(c->drain_nice == 0);
+  CHECK(c->drain_nice == -5);
 
   struct Bad {
     const char* text;
