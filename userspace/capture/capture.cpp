@@ -109,8 +109,8 @@ struct Capture::Impl {
   std::map<pid_t, Target> targets;
   std::uint64_t delivered = 0;
   std::uint64_t suppressed = 0;
-  fc_data_event short_event{};   // a short record widened (on_sample)
-  fc_data_event folded_event{};  // the sendfiles a record's hole_before stands for (on_sample)
+  fc_data_event widened_event{};  // a short or one-segment record widened (on_sample)
+  fc_data_event folded_event{};   // the sendfiles a record's hole_before stands for (on_sample)
 
   ~Impl() {
     targets.clear();  // uprobe links first
@@ -143,23 +143,23 @@ struct Capture::Impl {
       const auto* payload_at = static_cast<const std::uint8_t*>(data) + sizeof(fc_data_event);
       std::size_t payload_room = size >= sizeof(fc_data_event) ? size - sizeof(fc_data_event) : 0;
       if (size >= FC_DATA_EVENT_ONE_SEGMENT && (d->c.flags & FC_FLAG_ONE_SEGMENT)) {
-        std::memcpy(&self->short_event, data, FC_DATA_EVENT_ONE_SEGMENT);
-        std::memset(self->short_event.segs + 1, 0,
-                    sizeof(self->short_event.segs) - sizeof(fc_segment));
-        if (self->short_event.nsegs > 1) self->short_event.nsegs = 1;
-        self->short_event.c.flags &= ~FC_FLAG_ONE_SEGMENT;
+        std::memcpy(&self->widened_event, data, FC_DATA_EVENT_ONE_SEGMENT);
+        std::memset(self->widened_event.segs + 1, 0,
+                    sizeof(self->widened_event.segs) - sizeof(fc_segment));
+        if (self->widened_event.nsegs > 1) self->widened_event.nsegs = 1;
+        self->widened_event.c.flags &= ~FC_FLAG_ONE_SEGMENT;
         payload_at = static_cast<const std::uint8_t*>(data) + FC_DATA_EVENT_ONE_SEGMENT;
         payload_room = size - FC_DATA_EVENT_ONE_SEGMENT;
-        d = &self->short_event;
+        d = &self->widened_event;
       } else if (size < sizeof(fc_data_event)) {
         // A record without payload ends before its segments (FC_DATA_EVENT_SHORT): hand on a
         // full header with no segments, so consumers never see the difference.
         if (size < FC_DATA_EVENT_SHORT) return 0;
-        std::memcpy(&self->short_event, data, FC_DATA_EVENT_SHORT);
-        std::memset(self->short_event.segs, 0, sizeof(self->short_event.segs));
-        self->short_event.captured = 0;
-        self->short_event.nsegs = 0;
-        d = &self->short_event;
+        std::memcpy(&self->widened_event, data, FC_DATA_EVENT_SHORT);
+        std::memset(self->widened_event.segs, 0, sizeof(self->widened_event.segs));
+        self->widened_event.captured = 0;
+        self->widened_event.nsegs = 0;
+        d = &self->widened_event;
       }
       if (!self->options.deliver_tls_ciphertext && (d->c.flags & FC_FLAG_TLS_CIPHERTEXT)) {
         ++self->suppressed;

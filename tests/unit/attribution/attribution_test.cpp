@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attribution/attribution.h"
+#include "reads.h"
 
 using namespace fc;
 using attribution::Method;
@@ -90,13 +91,7 @@ kafka::Exchange respond(kafka::Exchange x, std::uint64_t t, std::int64_t records
 
 ObjectRead get(std::uint32_t tid, std::uint64_t start, std::uint64_t end, std::string_view topic,
                std::int32_t partition, std::int64_t base, std::uint64_t bytes, int status = 206) {
-  ObjectRead r;
-  r.connection = 900;
-  r.thread_id = tid;
-  r.start_ns = start;
-  r.end_ns = end;
-  r.status = status;
-  r.body_bytes = bytes;
+  ObjectRead r = fc::testing::object_read(900, tid, start, end, status, bytes);
   r.topic = topic;
   r.partition = partition;
   r.segment_base_offset = base;
@@ -189,12 +184,7 @@ TEST_CASE("estimated reads (no key) go FIFO to fetches that may read remotely") 
   attributor.on_request(fetch(1, 1, "local", 90, {{"t", 0, 1500}}));
   attributor.on_request(fetch(2, 1, "first", 100, {{"t", 0, 10}}));
   attributor.on_request(fetch(3, 1, "second", 105, {{"t", 0, 20}}));
-  ObjectRead r;
-  r.thread_id = 50;
-  r.start_ns = 200;
-  r.end_ns = 300;
-  r.status = 200;
-  r.body_bytes = 4000;
+  ObjectRead r = fc::testing::object_read(0, 50, 200, 300, 200, 4000);
   r.method = Method::kEstimated;
   attributor.on_object_read(r);
   r.thread_id = 51;
@@ -277,13 +267,7 @@ namespace {
 
 ObjectRead estimated(std::uint32_t tid, std::uint64_t start, std::uint64_t end,
                      std::uint64_t bytes) {
-  ObjectRead r;
-  r.connection = 901;
-  r.thread_id = tid;
-  r.start_ns = start;
-  r.end_ns = end;
-  r.status = 200;
-  r.body_bytes = bytes;
+  ObjectRead r = fc::testing::object_read(901, tid, start, end, 200, bytes);
   r.method = Method::kEstimated;
   return r;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attribution/attribution.h"
+#include "reads.h"
 
 using namespace fc;
 using attribution::Method;
@@ -40,13 +41,7 @@ struct RecordingSink : attribution::Sink {
 
 ObjectRead get(std::uint32_t tid, std::uint64_t start, std::uint64_t end, std::string_view topic,
                std::int32_t partition, std::uint64_t bytes, std::int64_t first = -1) {
-  ObjectRead r;
-  r.connection = 900;
-  r.thread_id = tid;
-  r.start_ns = start;
-  r.end_ns = end;
-  r.status = 206;
-  r.body_bytes = bytes;
+  ObjectRead r = fc::testing::object_read(900, tid, start, end, 206, bytes);
   r.topic = topic;
   r.partition = partition;
   r.segment_base_offset = 0;
