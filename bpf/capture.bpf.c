@@ -98,7 +98,8 @@ struct conn_state {
   __u8 bulk_run[2]; /* per direction: the last call was bulk (fc_policy) */
   __u8 resp_state;  /* Kafka client connections: enum resp_state of the send direction */
   __u8 pad[3];
-  __u32 fold_len; /* sendfile bytes folded and not reported yet: [pos[SEND] - fold_len, pos[SEND]) */
+  __u32
+      fold_len; /* sendfile bytes folded and not reported yet: [pos[SEND] - fold_len, pos[SEND]) */
   __u32 pad2;
   __u64 resp_end; /* RESP_IN: send-stream position where the current response ends */
 };
@@ -449,9 +450,14 @@ static __always_inline __u32 min_u32(__u32 a, __u32 b) {
 }
 
 /* Walks a user iovec array: each iovec contributes a prefix of the bytes the call actually
- * moved through it, up to the per-iovec cap, until the per-call cap is reached. */
+ * moved through it, up to the per-iovec cap, until the per-call cap is reached. An iovec of at
+ * least `body_from` bytes (0 = no such rule) is a message body handed over whole (a
+ * partition's records between the headers of a Fetch response) and gives only `body_bytes`:
+ * the call cap is then left for the headers after it. Sends only: a receive's iovec is a
+ * buffer, whose size says nothing about the message in it. */
 static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u64 iovcnt,
-                                        __u32 ret, __u32 call_cap, __u32 iov_cap) {
+                                        __u32 ret, __u32 call_cap, __u32 iov_cap, __u32 body_from,
+                                        __u32 body_bytes) {
   __u32 off = 0;
   call_cap = min_u32(call_cap, FC_MAX_CAPTURE);
   int i;
@@ -466,7 +472,8 @@ static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u
     }
     __u32 seg = iov.iov_len < (__u64)(ret - off) ? (__u32)iov.iov_len : ret - off;
     __u32 room = call_cap > ev->hdr.captured ? call_cap - ev->hdr.captured : 0;
-    __u32 want = min_u32(min_u32(seg, iov_cap), room);
+    __u32 cap = body_from && iov.iov_len >= body_from ? min_u32(iov_cap, body_bytes) : iov_cap;
+    __u32 want = min_u32(min_u32(seg, cap), room);
     add_segment(ev, off, want, iov.iov_base);
     off += seg;
   }
@@ -649,6 +656,12 @@ static __always_inline void emit_data(struct conn_state* st, __u64 pid_tgid, __u
     }
     st->bulk_run[d] = ret >= st->policy.bulk_from;
     st->bulk_run[d ^ 1] = 0;
+    /* A large one-range send that continues a Kafka response is a partition's records (a JVM
+     * broker writes each in-memory records buffer with a write of its own, between the headers'
+     * writevs): its first bytes are not a header either. */
+    if (direction == FC_DIR_SEND && st->resp_state == RESP_IN && ret >= st->policy.bulk_from &&
+        st->policy.role == FC_ROLE_KAFKA_CLIENT && !st->tls)
+      call_cap = min_u32(call_cap, st->policy.bulk_bytes);
   }
 
   /* A TLS library call in progress on this thread owns this socket. */
@@ -661,8 +674,8 @@ static __always_inline void emit_data(struct conn_state* st, __u64 pid_tgid, __u
     }
   }
 
-  __u32 hole = 0;      /* folded sendfile bytes right before this call (send direction) */
-  int starts = 0;      /* this send starts a Kafka response */
+  __u32 hole = 0; /* folded sendfile bytes right before this call (send direction) */
+  int starts = 0; /* this send starts a Kafka response */
   if (st->policy.role == FC_ROLE_KAFKA_CLIENT && !st->tls) {
     if (direction == FC_DIR_RECV) {
       flush_fold(st, pid_tgid, task);
@@ -709,12 +722,14 @@ static __always_inline void emit_data(struct conn_state* st, __u64 pid_tgid, __u
   struct event_buf* ev = scratch_buf();
   if (!ev) return;
   fill_data_hdr(&ev->hdr, st, pid_tgid, task, src, pos, ret, direction, hole);
+  const __u32 body_from = direction == FC_DIR_SEND ? st->policy.bulk_from : 0;
+  const __u32 body_bytes = st->policy.bulk_bytes;
   if (src == FC_SRC_READV || src == FC_SRC_WRITEV) {
-    copy_iovecs(ev, buf, cnt, ret, call_cap, iov_cap);
+    copy_iovecs(ev, buf, cnt, ret, call_cap, iov_cap, body_from, body_bytes);
   } else { /* sendmsg, recvmsg */
     struct fc_user_msghdr msg;
     if (bpf_probe_read_user(&msg, sizeof(msg), (const void*)buf) == 0) {
-      copy_iovecs(ev, msg.msg_iov, msg.msg_iovlen, ret, call_cap, iov_cap);
+      copy_iovecs(ev, msg.msg_iov, msg.msg_iovlen, ret, call_cap, iov_cap, body_from, body_bytes);
     } else {
       count(FC_COUNTER_COPY_FAULTS);
       ev->hdr.c.flags |= FC_FLAG_COPY_FAULT;

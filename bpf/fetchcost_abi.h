@@ -14,7 +14,7 @@
  *        broker's send events are such; 96 instead of 160 bytes of ring each. A one-range call
  *        (read, write, sendto, recvfrom) has at most one segment: its record sets
  *        FC_FLAG_ONE_SEGMENT and its payload follows segs[0] (FC_DATA_EVENT_ONE_SEGMENT bytes
- *        of header instead of 152: one cache line less of ring per record).
+ *        of header instead of 216: two cache lines less of ring per record).
  *        Folded sendfiles: on a Kafka client connection, a sendfile that ends inside a response
  *        has no record of its own; the connection's next send record covers it (hole_before),
  *        or an empty send record (length 0) that carries it if a receive or the close comes
@@ -51,7 +51,7 @@ typedef __s32 fc_s32;
 #define FC_MAX_CAPTURE 16384
 #define FC_CAPTURE_MASK (FC_MAX_CAPTURE - 1)
 /* At most this many captured ranges per call: iovecs beyond it become holes. */
-#define FC_MAX_SEGMENTS 8
+#define FC_MAX_SEGMENTS 16
 /* Synthetic connection ids (syscall-tracepoint variant) have this bit set; socket cookies
  * (sock-tracepoint variant) never reach it. */
 #define FC_CONN_ID_SYNTHETIC (1ULL << 63)
@@ -142,22 +142,22 @@ struct fc_segment {
 
 struct fc_data_event {
   struct fc_event_common c;
-  fc_u64 stream_pos; /* offset of the call's first byte in its direction's stream; TLS events
-                        count the plaintext stream of their TLS session separately */
-  fc_u64 tls_obj;    /* SSL* / gnutls_session_t for TLS_DATA, else 0 */
-  fc_u32 length;     /* bytes the call moved */
-  fc_u32 captured;   /* payload bytes that follow this struct (sum of segment lengths) */
-  fc_u8 direction;   /* enum fc_direction */
-  fc_u8 source;      /* enum fc_source */
-  fc_u8 nsegs;       /* valid entries in segs */
-  fc_u8 tls_lib;     /* enum fc_tls_lib for TLS_DATA */
+  fc_u64 stream_pos;  /* offset of the call's first byte in its direction's stream; TLS events
+                         count the plaintext stream of their TLS session separately */
+  fc_u64 tls_obj;     /* SSL* / gnutls_session_t for TLS_DATA, else 0 */
+  fc_u32 length;      /* bytes the call moved */
+  fc_u32 captured;    /* payload bytes that follow this struct (sum of segment lengths) */
+  fc_u8 direction;    /* enum fc_direction */
+  fc_u8 source;       /* enum fc_source */
+  fc_u8 nsegs;        /* valid entries in segs */
+  fc_u8 tls_lib;      /* enum fc_tls_lib for TLS_DATA */
   fc_u32 hole_before; /* send records of Kafka client connections: sendfile bytes folded in
                          right before this call, stream [stream_pos - hole_before, stream_pos),
                          length only (see "folded sendfiles" above) */
   struct fc_segment segs[FC_MAX_SEGMENTS];
 };
-FC_STATIC_ASSERT(sizeof(struct fc_data_event) == 152, "fc_data_event layout changed");
-#define FC_DATA_EVENT_SHORT 88 /* offsetof(struct fc_data_event, segs) */
+FC_STATIC_ASSERT(sizeof(struct fc_data_event) == 216, "fc_data_event layout changed");
+#define FC_DATA_EVENT_SHORT 88       /* offsetof(struct fc_data_event, segs) */
 #define FC_DATA_EVENT_ONE_SEGMENT 96 /* offsetof(struct fc_data_event, segs[1]) */
 FC_STATIC_ASSERT(__builtin_offsetof(struct fc_data_event, segs) == FC_DATA_EVENT_SHORT,
                  "fc_data_event layout changed");
@@ -183,7 +183,8 @@ FC_STATIC_ASSERT(sizeof(struct fc_conn_event) == 120, "fc_conn_event layout chan
  * `bulk_from` bytes (0 = never) is bulk; a call that follows a bulk call in the same direction,
  * with nothing moved the other way in between, is inside a message body (records, an object)
  * and copies at most `bulk_bytes` (of the call, or of each iovec of a vectored call). The first
- * call of a run, where a message header sits, keeps the normal caps. */
+ * call of a run, where a message header sits, keeps the normal caps. In a vectored send, an
+ * iovec of at least `bulk_from` bytes is a body as well and gives at most `bulk_bytes`. */
 struct fc_policy {
   fc_u32 bytes_per_call;  /* total captured bytes per call, <= FC_MAX_CAPTURE */
   fc_u32 bytes_per_iovec; /* captured bytes per iovec (readv/writev/sendmsg/recvmsg) */
@@ -213,7 +214,7 @@ FC_STATIC_ASSERT(sizeof(struct fc_port_key) == 4, "fc_port_key layout changed");
 /* Map `tls_calls` value (key: tid): a TLS library call between its uprobe and its uretprobe.
  * Userspace only reads it, to forget the calls of a target it stops watching. */
 struct fc_tls_call {
-  fc_u64 obj;      /* SSL* / gnutls_session_t */
+  fc_u64 obj; /* SSL* / gnutls_session_t */
   fc_u64 buf;
   fc_u64 len_ptr;  /* size_t* of SSL_read_ex/SSL_write_ex */
   fc_u64 conn_key; /* socket the library touched during this call */

@@ -36,7 +36,8 @@ struct Policy {
   // another such call in the same direction, nothing moved the other way in between, is inside
   // a message body (records, an object) and copies at most bulk_bytes. The decoders need
   // message headers, which start a run; copying bodies is most of the capture's cost at large
-  // writes. bulk_from = 0 turns it off.
+  // writes. Within a vectored send, an iovec of >= bulk_from bytes is a body too (records
+  // between a Fetch response's headers) and gives bulk_bytes. bulk_from = 0 turns both off.
   std::uint32_t bulk_from = 16384;
   std::uint32_t bulk_bytes = 256;
 };

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "daemon/budget.h"
+#include "daemon/reorder.h"
 
 #include "export/export.h"
 #include "pipeline/capture_feed.h"
@@ -37,10 +38,6 @@ constexpr std::uint64_t kReorderWindowNs = 5'000'000;  // records older than thi
 constexpr std::uint64_t kLedgerSaveIntervalNs = 10'000'000'000;
 constexpr std::uint64_t kBudgetIntervalNs = 1'000'000'000;
 constexpr int kMaxActionsInFlight = 4;  // beyond this, actions are skipped (and counted)
-// Held records are recycled so holding an event allocates nothing; the spare pool and the
-// payload capacity a spare keeps are bounded so a burst does not pin memory for good.
-constexpr std::size_t kMaxSpareRecords = 4096;
-constexpr std::size_t kMaxSparePayloadBytes = 2048;
 constexpr const char* kVersion = "0.1.0";
 
 extern "C" char** environ;
@@ -167,23 +164,6 @@ nlohmann::json config_json(const Config& c) {
             {"webhook", c.budgets.webhook}}}};
 }
 
-// An owned copy of one capture record (the ring buffer slot is reused after the callback).
-struct HeldRecord {
-  fc_event_common common{};
-  fc_data_event data{};
-  fc_conn_event conn{};
-  bool is_data = false;
-  std::vector<std::uint8_t> payload;
-  std::vector<fc_segment> segments;
-};
-
-// What the reorder window sorts: a 24-byte key, not the ~400-byte record.
-struct HeldKey {
-  std::uint64_t time_ns = 0;
-  std::uint64_t sequence = 0;
-  std::unique_ptr<HeldRecord> record;
-};
-
 }  // namespace
 
 struct Service::Impl {
@@ -201,9 +181,7 @@ struct Service::Impl {
 
   std::mutex mutex;  // guards the pipeline and status against the HTTP thread
   // Only the capture thread (on_event, tick, shutdown) touches these: no lock per event.
-  std::vector<HeldKey> held;
-  std::vector<std::unique_ptr<HeldRecord>> spare;
-  std::uint64_t sequence = 0;
+  ReorderWindow window;
   std::uint64_t last_save_ns = 0;
   std::atomic<bool> enabled{true};
   capture::Status capture_status;
@@ -449,38 +427,8 @@ struct Service::Impl {
   // Events lost in the ring buffers (now, or before a detach) leave holes no decoder can fill.
   bool incomplete() const { return drops_before + capture_status.totals.drops > 0; }
 
-  std::unique_ptr<HeldRecord> take_record() {
-    if (spare.empty()) return std::make_unique<HeldRecord>();
-    auto r = std::move(spare.back());
-    spare.pop_back();
-    return r;
-  }
-
-  void recycle(std::unique_ptr<HeldRecord> r) {
-    if (spare.size() >= kMaxSpareRecords) return;
-    if (r->payload.capacity() > kMaxSparePayloadBytes) std::vector<std::uint8_t>().swap(r->payload);
-    spare.push_back(std::move(r));
-  }
-
   void release(std::uint64_t before_ns) {
-    std::sort(held.begin(), held.end(), [](const HeldKey& a, const HeldKey& b) {
-      return a.time_ns != b.time_ns ? a.time_ns < b.time_ns : a.sequence < b.sequence;
-    });
-    std::size_t n = 0;
-    while (n < held.size() && held[n].time_ns < before_ns) ++n;
-    for (std::size_t i = 0; i < n; ++i) {
-      HeldRecord& r = *held[i].record;
-      capture::EventView view{r.common};
-      if (r.is_data)
-        view.data = &r.data;
-      else
-        view.conn = &r.conn;
-      view.payload = r.payload;
-      view.segments = r.segments;
-      feed->on_event(view);
-      recycle(std::move(held[i].record));
-    }
-    held.erase(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n));
+    window.release(before_ns, [this](const capture::EventView& view) { feed->on_event(view); });
   }
 
   // /api/v1/clients from a snapshot, one sensor row at a time (outside every lock).
@@ -628,6 +576,11 @@ struct Service::Impl {
                             {"max_seconds", static_cast<double>(save_max_ns.load()) / 1e9},
                             {"errors", save_errors.load()}};
       doc["parse_errors"] = m.parse_errors;
+      if (pipe) {  // how much of the Kafka streams the capture's holes cost the decoder
+        const auto s = pipe->stats();
+        doc["kafka_decoder"] = {{"frames_truncated", s.kafka_frames_truncated},
+                                {"resyncs", s.kafka_resyncs}};
+      }
       const auto st = sensors.stats();
       doc["sensors"] = {{"live", st.live_sensors},
                         {"other", st.other_sensors},
@@ -771,22 +724,10 @@ Service::~Service() {
 }
 
 void Service::on_event(const capture::EventView& event) {
-  // No lock: the held records belong to the capture thread (see Impl::held).
-  impl_->events.fetch_add(1, std::memory_order_relaxed);
-  if (!impl_->enabled || (!event.data && !event.conn)) return;
-  auto r = impl_->take_record();
-  r->common = event.common;
-  r->is_data = event.data != nullptr;
-  if (event.data) {
-    r->data = *event.data;
-    r->payload.assign(event.payload.begin(), event.payload.end());
-    r->segments.assign(event.segments.begin(), event.segments.end());
-  } else {
-    r->conn = *event.conn;
-    r->payload.clear();
-    r->segments.clear();
-  }
-  impl_->held.push_back({event.common.timestamp_ns, impl_->sequence++, std::move(r)});
+  // No lock: the held records belong to the capture thread (see Impl::window).
+  // One writer (this thread): a plain store, not a locked read-modify-write per record.
+  impl_->events.store(impl_->events.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (impl_->enabled) impl_->window.hold(event);
 }
 
 void Service::tick(std::uint64_t now_ns) {

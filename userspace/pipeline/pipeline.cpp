@@ -557,7 +557,10 @@ const attribution::Counters& Pipeline::attribution_counters() const {
 
 PipelineStats Pipeline::stats() const {
   PipelineStats s = impl_->stats;
-  s.kafka_parse_errors = impl_->decoder.counters().parse_errors;
+  const auto& kafka = impl_->decoder.counters();
+  s.kafka_parse_errors = kafka.parse_errors;
+  s.kafka_frames_truncated = kafka.frames_truncated;
+  s.kafka_resyncs = kafka.resyncs;
   s.http_retried_requests = impl_->http_retried_requests;
   return s;
 }

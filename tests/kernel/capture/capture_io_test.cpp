@@ -743,6 +743,100 @@ TEST_CASE("bulk runs copy only a prefix after their first call, syscall tracepoi
 
 namespace {
 
+// Vectored sends: an iovec of at least bulk_from bytes is a body handed over whole and gives
+// only the bulk prefix, so the headers after it still fit in the call cap. A receive's iovec
+// is a buffer: its size says nothing, and the call cap applies as before.
+const std::size_t kBodyIovecs[] = {100, 20000, 50, 20000, 30};
+
+int vectored_body_scenario(Child& self) {
+  Loopback lb;
+  if (!open_loopback(AF_INET, lb)) return 10;
+  std::vector<std::string> parts;
+  std::vector<iovec> iov;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < std::size(kBodyIovecs); ++i) {
+    parts.push_back(pattern(kBodyIovecs[i], 31 + static_cast<unsigned>(i)));
+    total += kBodyIovecs[i];
+  }
+  for (auto& p : parts) iov.push_back({p.data(), p.size()});
+  if (writev(lb.client, iov.data(), static_cast<int>(iov.size())) != static_cast<ssize_t>(total))
+    return 11;
+  if (!wait_inq(lb.server, total)) return 12;
+  std::string got(65536, '\0');
+  iovec into{got.data(), got.size()};
+  if (readv(lb.server, &into, 1) != static_cast<ssize_t>(total)) return 13;
+  self.report(lb.client_port);
+  self.wait_parent();
+  return 0;
+}
+
+void run_vectored_body(Variant variant) {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  const fc::capture::Policy policy{4096, 4096, FC_ROLE_OTHER, 16384, 256};
+  Collector col({.ring_bytes_per_cpu = 4 << 20, .default_policy = policy, .variant = variant});
+  Child target(vectored_body_scenario);
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  const auto client_port = static_cast<std::uint16_t>(target.receive());
+  col.drain(5);
+  target.nod();
+  CHECK(target.wait() == 0);
+  fc_u64 client = 0, server = 0;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_CONNECT)) {
+    if (r.conn.local_port == client_port) client = r.common.conn_id;
+    if (r.conn.peer_port == client_port) server = r.common.conn_id;
+  }
+  REQUIRE(client != 0);
+  REQUIRE(server != 0);
+  std::vector<Record> sends, receives;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_DATA)) {
+    if (r.common.conn_id == client && r.data.direction == FC_DIR_SEND) sends.push_back(r);
+    if (r.common.conn_id == server && r.data.direction == FC_DIR_RECV) receives.push_back(r);
+  }
+  REQUIRE(sends.size() == 1);
+  const Record& w = sends[0];
+  CHECK(w.data.source == FC_SRC_WRITEV);
+  CHECK(w.data.length == 40180);
+  // Expected segments: each header whole, each body's first 256 bytes, at their offsets.
+  std::string expected;
+  std::vector<std::pair<std::size_t, std::size_t>> segments;  // offset, length
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < std::size(kBodyIovecs); ++i) {
+    const std::size_t take = std::min<std::size_t>(kBodyIovecs[i], 256);
+    expected += pattern(kBodyIovecs[i], 31 + static_cast<unsigned>(i)).substr(0, take);
+    segments.emplace_back(offset, take);
+    offset += kBodyIovecs[i];
+  }
+  CHECK(w.data.captured == expected.size());
+  CHECK(w.payload == expected);
+  REQUIRE(w.segments.size() == segments.size());
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    INFO("segment " << i);
+    CHECK(w.segments[i].offset == segments[i].first);
+    CHECK(w.segments[i].length == segments[i].second);
+  }
+  // The receive into one 64 KiB buffer keeps the call cap.
+  REQUIRE(receives.size() == 1);
+  CHECK(receives[0].data.length == 40180);
+  CHECK(receives[0].data.captured == 4096);
+  std::string sent;
+  for (std::size_t i = 0; i < std::size(kBodyIovecs); ++i)
+    sent += pattern(kBodyIovecs[i], 31 + static_cast<unsigned>(i));
+  CHECK(receives[0].payload == sent.substr(0, 4096));
+}
+
+}  // namespace
+
+TEST_CASE("a large iovec of a vectored send gives only the bulk prefix, sock tracepoints") {
+  run_vectored_body(Variant::kSockTracepoints);
+}
+TEST_CASE("a large iovec of a vectored send gives only the bulk prefix, syscall tracepoints") {
+  run_vectored_body(Variant::kSyscallTracepoints);
+}
+
+namespace {
+
 // Response framing on a Kafka client connection: a sendfile that ends inside a response has no
 // record of its own; it reaches userspace as the sendfile record it stands for, ahead of the
 // record that carried it. A wrong guess (a size prefix the response does not keep) only delays
@@ -906,4 +1000,92 @@ TEST_CASE("sendfiles inside a Kafka response are folded, sock tracepoints") {
 }
 TEST_CASE("sendfiles inside a Kafka response are folded, syscall tracepoints") {
   run_fold(Variant::kSyscallTracepoints);
+}
+
+namespace {
+
+// A JVM broker writes each in-memory records buffer of a Fetch response with a write of its
+// own: inside a response, a large send is records and gives only the bulk prefix; a large send
+// that starts a response keeps the call cap (its header is there).
+const std::size_t kRecordsCalls[] = {100, 20000, 50, 20000};
+const std::size_t kRecordsCaptured[] = {100, 256, 50, 4096};
+
+std::vector<std::string> records_calls() {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < std::size(kRecordsCalls); ++i)
+    out.push_back(pattern(kRecordsCalls[i], 90 + static_cast<unsigned>(i)));
+  out[0].replace(0, 4, be32(100 + 20000 + 50 - 4));  // response 1: calls 0-2
+  out[3].replace(0, 4, be32(20000 - 4));             // response 2: call 3 alone
+  return out;
+}
+
+int records_scenario(Child& self) {
+  Loopback lb;
+  if (!open_loopback(AF_INET, lb)) return 10;
+  self.report(lb.listen_port);
+  self.wait_parent();  // the listener's port is a Kafka port now
+  const std::string request = pattern(30, 99);
+  std::string got(30, '\0');
+  if (write(lb.client, request.data(), 30) != 30 || !wait_inq(lb.server, 30) ||
+      read(lb.server, got.data(), 30) != 30)
+    return 11;
+  std::size_t total = 0;
+  for (const auto& c : records_calls()) {
+    if (write(lb.server, c.data(), c.size()) != static_cast<ssize_t>(c.size())) return 12;
+    total += c.size();
+  }
+  std::string sink(total, '\0');
+  if (!wait_inq(lb.client, total) || read(lb.client, sink.data(), total) != ssize_t(total))
+    return 13;
+  self.report(lb.client_port);
+  self.wait_parent();
+  return 0;
+}
+
+void run_records(Variant variant) {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  Collector col({.ring_bytes_per_cpu = 1 << 20, .default_policy = kDefault, .variant = variant});
+  Child target(records_scenario);
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  const auto listen_port = static_cast<std::uint16_t>(target.receive());
+  REQUIRE(col.capture
+              ->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT, 16384, 256})
+              .ok());
+  target.nod();
+  const auto client_port = static_cast<std::uint16_t>(target.receive());
+  col.drain(5);
+  target.nod();
+  CHECK(target.wait() == 0);
+  col.capture->clear_port_policy(listen_port, false);
+  fc_u64 server = 0;
+  for (const auto& r : col.records)
+    if (r.common.kind == FC_EVENT_CONNECT && r.conn.local_port == listen_port &&
+        r.conn.peer_port == client_port && r.conn.origin != FC_ORIGIN_PROC_SCAN)
+      server = r.common.conn_id;
+  REQUIRE(server != 0);
+  std::vector<Record> sends;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_DATA))
+    if (r.common.conn_id == server && r.data.direction == FC_DIR_SEND) sends.push_back(r);
+  const auto calls = records_calls();
+  REQUIRE(sends.size() == calls.size());
+  std::size_t pos = 0;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    INFO("call " << i);
+    CHECK(sends[i].data.stream_pos == pos);
+    CHECK(sends[i].data.length == calls[i].size());
+    CHECK(sends[i].data.captured == kRecordsCaptured[i]);
+    CHECK((sends[i].payload == calls[i].substr(0, kRecordsCaptured[i])));
+    pos += calls[i].size();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a large send inside a Kafka response gives only the bulk prefix, sock tracepoints") {
+  run_records(Variant::kSockTracepoints);
+}
+TEST_CASE("a large send inside a Kafka response gives only the bulk prefix, syscall tracepoints") {
+  run_records(Variant::kSyscallTracepoints);
 }

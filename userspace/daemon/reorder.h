@@ -1,0 +1,68 @@
+// reorder: the capture's records, one ring buffer per CPU, put back in time order. Each record
+// is held for a few milliseconds (until no CPU can still deliver an earlier one), then handed on
+// by timestamp, ties in arrival order.
+//
+// Held records are copied into chunks of memory one after another, not into an object each:
+// holding one is a sequential copy of its header and payload (no allocation), and the records
+// handed on together lie together. A chunk is reused once every record in it is handed on.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "capture/capture.h"
+
+namespace fc::daemon {
+
+class ReorderWindow {
+ public:
+  ReorderWindow() = default;
+  ReorderWindow(const ReorderWindow&) = delete;
+  ReorderWindow& operator=(const ReorderWindow&) = delete;
+
+  // Copies a DATA/TLS_DATA or CONNECT/CLOSE record; anything else is not held.
+  void hold(const capture::EventView& event);
+
+  // Hands on, in order, every held record older than `before_ns`; the views live for the call.
+  template <typename Deliver>
+  void release(std::uint64_t before_ns, Deliver&& deliver) {
+    const std::size_t n = settle(before_ns);
+    for (std::size_t i = 0; i < n; ++i) {
+      deliver(view_of(keys_[i]));
+      done_with(keys_[i]);
+    }
+    forget(n);
+  }
+
+  std::size_t held() const { return keys_.size(); }
+  std::size_t chunks() const { return chunks_.size(); }  // in use or kept for reuse
+
+ private:
+  struct Chunk {
+    std::unique_ptr<std::uint8_t[]> bytes;
+    std::size_t used = 0;
+    std::size_t live = 0;  // records held in it
+  };
+  struct Key {
+    std::uint64_t time_ns;
+    std::uint64_t sequence;
+    Chunk* chunk;
+    std::uint32_t offset;
+  };
+
+  std::size_t settle(std::uint64_t before_ns);  // orders keys_, returns how many are due
+  capture::EventView view_of(const Key& key) const;
+  void done_with(const Key& key);
+  void forget(std::size_t n);
+  Chunk& room_for(std::size_t bytes);
+
+  std::vector<Key> keys_;
+  std::size_t sorted_ = 0;  // keys_[0, sorted_) is in order from the last release
+  std::uint64_t sequence_ = 0;
+  std::vector<std::unique_ptr<Chunk>> chunks_;  // every chunk, the one being filled last
+  std::vector<Chunk*> free_;                    // emptied chunks, reused first
+};
+
+}  // namespace fc::daemon
