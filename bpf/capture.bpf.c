@@ -170,6 +170,8 @@ struct tls_key {
 struct tls_state {
   __u64 conn_key;
   __u64 pos[2];
+  __u8 recv_run; /* the last call was a read (object-store role: the next one is body) */
+  __u8 pad[7];
 };
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -654,7 +656,11 @@ static __always_inline void emit_data(struct conn_state* st, __u64 pid_tgid, __u
           src != FC_SRC_RECVMSG)
         call_cap = min_u32(call_cap, st->policy.bulk_bytes);
     }
-    st->bulk_run[d] = ret >= st->policy.bulk_from;
+    /* The broker's object-store connections (plaintext): the response to a GET arrives in as
+     * many reads as the socket hands it over in, often below bulk_from each. Its header is in
+     * the first read after the request went out; every read after that one is object body. */
+    st->bulk_run[d] = ret >= st->policy.bulk_from ||
+                      (direction == FC_DIR_RECV && st->policy.role == FC_ROLE_OBJECT_STORE);
     st->bulk_run[d ^ 1] = 0;
     /* A large one-range send that continues a Kafka response is a partition's records (a JVM
      * broker writes each in-memory records buffer with a write of its own, between the headers'
@@ -1100,8 +1106,14 @@ int BPF_KRETPROBE(tls_exit, long rc) {
     ev->hdr.c.flags = FC_FLAG_TLS_UNBOUND;
   }
   ev->hdr.c.role = pol.role;
-  if (pol.role != FC_ROLE_IGNORE)
-    add_segment(ev, 0, min_u32((__u32)n, pol.bytes_per_call), call.buf);
+  /* An object store's response over TLS: as on plaintext (emit_data's bulk runs), the reads
+   * after the first one since the request went out are object body. */
+  __u32 cap = pol.bytes_per_call;
+  if (pol.role == FC_ROLE_OBJECT_STORE && pol.bulk_from) {
+    if (dir == FC_DIR_RECV && ts->recv_run) cap = min_u32(cap, pol.bulk_bytes);
+    ts->recv_run = dir == FC_DIR_RECV;
+  }
+  if (pol.role != FC_ROLE_IGNORE) add_segment(ev, 0, min_u32((__u32)n, cap), call.buf);
   count(FC_COUNTER_TLS_EVENTS);
   __u64 size = sizeof(struct fc_data_event) + (ev->hdr.captured & FC_CAPTURE_MASK);
   if (size > sizeof(*ev)) return 0;

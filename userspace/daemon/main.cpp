@@ -235,6 +235,15 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "fetchcostd: warning: Kafka port %u: %s\n", port,
                      r.error().message.c_str());
     }
+    // Connections to the object store's ports: after a response's first read, the reads
+    // until the next request are object body, of which only a prefix is copied.
+    for (std::uint16_t port : config.object_store_ports) {
+      fc::capture::Policy store = options.default_policy;
+      store.role = FC_ROLE_OBJECT_STORE;
+      if (auto r = capture->set_port_policy(port, true, store); !r)
+        std::fprintf(stderr, "fetchcostd: warning: object-store port %u: %s\n", port,
+                     r.error().message.c_str());
+    }
     std::fprintf(stderr, "fetchcostd: BPF programs (%s) attached on %d CPUs\n",
                  fc::capture::variant_name(capture->variant()), capture->cpu_count());
     return true;

@@ -347,6 +347,91 @@ TEST_CASE("GnuTLS skipped by configuration: no uprobes, ciphertext delivered") {
   run_pair(Variant::kSockTracepoints, true, true);
 }
 
+namespace {
+
+// An object store over TLS (OpenSSL): each SSL_write of the server is one record, read by one
+// SSL_read of the client. The first read after a request keeps the call cap; those after it
+// are object body and give only the bulk prefix, until the next request.
+const std::size_t kStoreReads[] = {600, 5000, 5000, 3000, 300};  // a request before 0 and 4
+const std::size_t kStoreCaptured[] = {600, 256, 256, 256, 300};
+
+int tls_store_scenario(Child& self, const CertDir& certs) {
+  Pair p;
+  if (!open_pair(p)) return 10;
+  SSL_CTX* sctx = SSL_CTX_new(TLS_server_method());
+  SSL_CTX* cctx = SSL_CTX_new(TLS_client_method());
+  if (SSL_CTX_use_certificate_file(sctx, certs.cert.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_use_PrivateKey_file(sctx, certs.key.c_str(), SSL_FILETYPE_PEM) != 1)
+    return 11;
+  SSL* s = SSL_new(sctx);
+  SSL* c = SSL_new(cctx);
+  SSL_set_fd(s, p.server);
+  SSL_set_fd(c, p.client);
+  int accepted = 0;
+  std::thread st([&] { accepted = SSL_accept(s); });
+  const int connected = SSL_connect(c);
+  st.join();
+  if (connected != 1 || accepted != 1) return 12;
+  self.report(p.client_port);
+  self.report(p.listen_port);
+  self.wait_parent();  // hooked, and the listener's port is an object-store port
+  char buf[16384];
+  for (std::size_t i = 0; i < std::size(kStoreReads); ++i) {
+    if (i == 0 || i == 4) {
+      const std::string request = pattern(100, 130 + static_cast<unsigned>(i));
+      if (SSL_write(c, request.data(), 100) != 100 || SSL_read(s, buf, sizeof(buf)) != 100)
+        return 13;
+    }
+    const std::string chunk = pattern(kStoreReads[i], 140 + static_cast<unsigned>(i));
+    const int n = static_cast<int>(chunk.size());
+    if (SSL_write(s, chunk.data(), n) != n || SSL_read(c, buf, sizeof(buf)) != n) return 14;
+  }
+  self.report(1);
+  self.wait_parent();
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("an object store's TLS response gives only the bulk prefix after its first read") {
+  fc::testing::require_root("loading BPF programs and uprobes");
+  REQUIRE(fc::capture::check_environment().ok());
+  CertDir certs;
+  Collector col({.ring_bytes_per_cpu = 4 << 20,
+                 .default_policy = {4096, 4096, FC_ROLE_OTHER},
+                 .variant = Variant::kSockTracepoints});
+  Child target([&](Child& c) { return tls_store_scenario(c, certs); });
+  target.go();
+  const auto client_port = static_cast<std::uint16_t>(target.receive());
+  const auto listen_port = static_cast<std::uint16_t>(target.receive());
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  REQUIRE(col.capture
+              ->set_port_policy(listen_port, true, {4096, 4096, FC_ROLE_OBJECT_STORE, 16384, 256})
+              .ok());
+  target.nod();
+  CHECK(target.receive() == 1);
+  col.drain(10);
+  target.nod();
+  CHECK(target.wait() == 0);
+  const fc_u64 client = conn_by_ports(col, target.pid(), client_port, listen_port);
+  REQUIRE(client != 0);
+  std::vector<Record> reads;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_TLS_DATA))
+    if (r.common.conn_id == client && r.data.direction == FC_DIR_RECV) reads.push_back(r);
+  REQUIRE(reads.size() == std::size(kStoreReads));
+  std::size_t pos = 0;
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    INFO("read " << i);
+    const std::string chunk = pattern(kStoreReads[i], 140 + static_cast<unsigned>(i));
+    CHECK(reads[i].common.role == FC_ROLE_OBJECT_STORE);
+    CHECK(reads[i].data.stream_pos == pos);
+    CHECK(reads[i].data.length == kStoreReads[i]);
+    CHECK(reads[i].data.captured == kStoreCaptured[i]);
+    CHECK((reads[i].payload == chunk.substr(0, kStoreCaptured[i])));
+    pos += kStoreReads[i];
+  }
+}
+
 // The server is gnutls-serv --http (GnuTLS), the client curl (OpenSSL): both libraries at once.
 // (`openssl s_server -WWW` would not do: it reads through OpenSSL's SSL BIO, which calls the
 // library's internal read/write functions, not the SSL_read/SSL_write entry points.)
