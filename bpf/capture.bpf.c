@@ -534,10 +534,11 @@ static __always_inline void emit_length_only(const struct conn_state* st, __u64 
   count(FC_COUNTER_EVENTS);
 }
 
-/* One-range calls (read/write/sendto/recvfrom) copy straight into ring buffer memory: one copy
- * instead of two. The record has a fixed size class (reservations are constant-sized), so up to
- * a class's size minus the capture is unused tail; `captured` says what is valid. The header
- * stops after segs[0] (FC_FLAG_ONE_SEGMENT): a one-range call has one segment. `*head` gets
+/* One-range calls (read/write/sendto/recvfrom, and vectored calls of one iovec) copy straight
+ * into ring buffer memory: one copy instead of two. The record has a fixed size class
+ * (reservations are constant-sized), so up to a class's size minus the capture is unused tail;
+ * `captured` says what is valid. The header stops after segs[0] (FC_FLAG_ONE_SEGMENT): such a
+ * call has one segment. `*head` gets
  * the call's first 4 bytes when they were copied (a Kafka response's size prefix). */
 #define FC_DIRECT_CLASS(N)                                                                 \
   do {                                                                                     \
@@ -725,21 +726,44 @@ static __always_inline void emit_data(struct conn_state* st, __u64 pid_tgid, __u
     return;
   }
 
+  const __u32 body_from = direction == FC_DIR_SEND ? st->policy.bulk_from : 0;
+  const __u32 body_bytes = st->policy.bulk_bytes;
+  __u64 iov_ptr = buf, iovcnt = cnt;
+  int msg_fault = 0;
+  if (src == FC_SRC_SENDMSG || src == FC_SRC_RECVMSG) {
+    struct fc_user_msghdr msg;
+    if (bpf_probe_read_user(&msg, sizeof(msg), (const void*)buf) == 0) {
+      iov_ptr = msg.msg_iov;
+      iovcnt = msg.msg_iovlen;
+    } else {
+      msg_fault = 1;
+    }
+  }
+  /* One iovec (a header written on its own between sendfiles, a request read into one buffer):
+   * a one-range record, copied straight into the ring, with the short header. */
+  if (!msg_fault && iovcnt == 1) {
+    struct fc_user_iovec iov;
+    if (bpf_probe_read_user(&iov, sizeof(iov), (const void*)iov_ptr) == 0) {
+      __u32 seg = iov.iov_len < (__u64)ret ? (__u32)iov.iov_len : ret;
+      __u32 cap = body_from && iov.iov_len >= body_from ? min_u32(iov_cap, body_bytes) : iov_cap;
+      __u32 want = min_u32(min_u32(seg, cap), min_u32(call_cap, FC_MAX_CAPTURE));
+      if (want == 0)
+        emit_length_only(st, pid_tgid, task, src, pos, ret, direction, hole);
+      else
+        emit_direct(st, pid_tgid, task, src, pos, ret, direction, hole, want, iov.iov_base, &head);
+      if (starts && head) start_response(st, pos, ret, head);
+      return;
+    }
+  }
+
   struct event_buf* ev = scratch_buf();
   if (!ev) return;
   fill_data_hdr(&ev->hdr, st, pid_tgid, task, src, pos, ret, direction, hole);
-  const __u32 body_from = direction == FC_DIR_SEND ? st->policy.bulk_from : 0;
-  const __u32 body_bytes = st->policy.bulk_bytes;
-  if (src == FC_SRC_READV || src == FC_SRC_WRITEV) {
-    copy_iovecs(ev, buf, cnt, ret, call_cap, iov_cap, body_from, body_bytes);
-  } else { /* sendmsg, recvmsg */
-    struct fc_user_msghdr msg;
-    if (bpf_probe_read_user(&msg, sizeof(msg), (const void*)buf) == 0) {
-      copy_iovecs(ev, msg.msg_iov, msg.msg_iovlen, ret, call_cap, iov_cap, body_from, body_bytes);
-    } else {
-      count(FC_COUNTER_COPY_FAULTS);
-      ev->hdr.c.flags |= FC_FLAG_COPY_FAULT;
-    }
+  if (msg_fault) {
+    count(FC_COUNTER_COPY_FAULTS);
+    ev->hdr.c.flags |= FC_FLAG_COPY_FAULT;
+  } else {
+    copy_iovecs(ev, iov_ptr, iovcnt, ret, call_cap, iov_cap, body_from, body_bytes);
   }
   if (starts && ev->hdr.nsegs > 0 && ev->hdr.segs[0].offset == 0 && ev->hdr.segs[0].length >= 4)
     start_response(st, pos, ret, *(__u32*)ev->data);

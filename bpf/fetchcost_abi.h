@@ -12,7 +12,8 @@
  *        (captured = 0, nsegs = 0: sendfile, ciphertext, zero caps) may end before `segs`
  *        (FC_DATA_EVENT_SHORT bytes): userspace reads the missing segments as zeros. Most of a
  *        broker's send events are such; 96 instead of 160 bytes of ring each. A one-range call
- *        (read, write, sendto, recvfrom) has at most one segment: its record sets
+ *        (read, write, sendto, recvfrom, or a vectored call of one iovec) has at most one
+ *        segment: its record sets
  *        FC_FLAG_ONE_SEGMENT and its payload follows segs[0] (FC_DATA_EVENT_ONE_SEGMENT bytes
  *        of header instead of 216: two cache lines less of ring per record).
  *        Folded sendfiles: on a Kafka client connection, a sendfile that ends inside a response

@@ -1068,6 +1068,9 @@ void run_records(Variant variant) {
   std::vector<Record> sends;
   for (const auto& r : col.of(target.pid(), FC_EVENT_DATA))
     if (r.common.conn_id == server && r.data.direction == FC_DIR_SEND) sends.push_back(r);
+  std::sort(sends.begin(), sends.end(), [](const Record& a, const Record& b) {
+    return a.data.stream_pos < b.data.stream_pos;
+  });  // per-CPU rings: delivery order is not call order
   const auto calls = records_calls();
   REQUIRE(sends.size() == calls.size());
   std::size_t pos = 0;
@@ -1147,6 +1150,9 @@ void run_store(Variant variant) {
   std::vector<Record> reads;
   for (const auto& r : col.of(target.pid(), FC_EVENT_DATA))
     if (r.common.conn_id == client && r.data.direction == FC_DIR_RECV) reads.push_back(r);
+  std::sort(reads.begin(), reads.end(), [](const Record& a, const Record& b) {
+    return a.data.stream_pos < b.data.stream_pos;
+  });  // per-CPU rings: delivery order is not call order
   REQUIRE(reads.size() == std::size(kStoreReads));
   std::size_t pos = 0;
   for (std::size_t i = 0; i < reads.size(); ++i) {
