@@ -1042,46 +1042,39 @@ int records_scenario(Child& self) {
   return 0;
 }
 
-void run_records(Variant variant) {
+// The records of one direction of a loopback connection made by `scenario`, which reports its
+// listener's port, waits while that port gets `policy` (the listener's side, or the side that
+// connected to it when `peer_side`), then reports the client's port when done.
+std::vector<Record> with_port_policy(Variant variant, int (*scenario)(Child&), bool peer_side,
+                                     const fc::capture::Policy& policy, fc_u8 direction) {
   fc::testing::require_root("loading BPF programs");
   REQUIRE(fc::capture::check_environment().ok());
   Collector col({.ring_bytes_per_cpu = 1 << 20, .default_policy = kDefault, .variant = variant});
-  Child target(records_scenario);
+  Child target(scenario);
   REQUIRE(col.capture->add_target(target.pid()).ok());
   target.go();
   const auto listen_port = static_cast<std::uint16_t>(target.receive());
-  REQUIRE(col.capture
-              ->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT, 16384, 256})
-              .ok());
+  REQUIRE(col.capture->set_port_policy(listen_port, peer_side, policy).ok());
   target.nod();
   const auto client_port = static_cast<std::uint16_t>(target.receive());
   col.drain(5);
   target.nod();
   CHECK(target.wait() == 0);
-  col.capture->clear_port_policy(listen_port, false);
-  fc_u64 server = 0;
-  for (const auto& r : col.records)
-    if (r.common.kind == FC_EVENT_CONNECT && r.conn.local_port == listen_port &&
-        r.conn.peer_port == client_port && r.conn.origin != FC_ORIGIN_PROC_SCAN)
-      server = r.common.conn_id;
-  REQUIRE(server != 0);
-  std::vector<Record> sends;
+  col.capture->clear_port_policy(listen_port, peer_side);
+  const fc_u64 conn = peer_side ? conn_by_ports(col, target.pid(), client_port, listen_port)
+                                : conn_by_ports(col, target.pid(), listen_port, client_port);
+  REQUIRE(conn != 0);
+  std::vector<Record> out;
   for (const auto& r : col.of(target.pid(), FC_EVENT_DATA))
-    if (r.common.conn_id == server && r.data.direction == FC_DIR_SEND) sends.push_back(r);
-  std::sort(sends.begin(), sends.end(), [](const Record& a, const Record& b) {
-    return a.data.stream_pos < b.data.stream_pos;
-  });  // per-CPU rings: delivery order is not call order
-  const auto calls = records_calls();
-  REQUIRE(sends.size() == calls.size());
-  std::size_t pos = 0;
-  for (std::size_t i = 0; i < calls.size(); ++i) {
-    INFO("call " << i);
-    CHECK(sends[i].data.stream_pos == pos);
-    CHECK(sends[i].data.length == calls[i].size());
-    CHECK(sends[i].data.captured == kRecordsCaptured[i]);
-    CHECK((sends[i].payload == calls[i].substr(0, kRecordsCaptured[i])));
-    pos += calls[i].size();
-  }
+    if (r.common.conn_id == conn && r.data.direction == direction) out.push_back(r);
+  return out;
+}
+
+void run_records(Variant variant) {
+  const auto sends = with_port_policy(variant, records_scenario, false,
+                                      {4096, 4096, FC_ROLE_KAFKA_CLIENT, 16384, 256}, FC_DIR_SEND);
+  check_prefixes(sends, records_calls(),
+                 {std::begin(kRecordsCaptured), std::end(kRecordsCaptured)});
 }
 
 }  // namespace
@@ -1101,6 +1094,13 @@ namespace {
 const std::size_t kStoreReads[] = {600, 5000, 5000, 3000, 300};  // a request before 0 and 4
 const std::size_t kStoreCaptured[] = {600, 256, 256, 256, 300};
 
+std::vector<std::string> store_chunks() {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < std::size(kStoreReads); ++i)
+    out.push_back(pattern(kStoreReads[i], 120 + static_cast<unsigned>(i)));
+  return out;
+}
+
 int store_scenario(Child& self) {
   Loopback lb;
   if (!open_loopback(AF_INET, lb)) return 10;
@@ -1112,9 +1112,10 @@ int store_scenario(Child& self) {
     return write(lb.client, r.data(), 50) == 50 && wait_inq(lb.server, 50) &&
            read(lb.server, got.data(), 50) == 50;
   };
-  for (std::size_t i = 0; i < std::size(kStoreReads); ++i) {
+  const auto chunks = store_chunks();
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
     if ((i == 0 || i == 4) && !request(110 + static_cast<unsigned>(i))) return 11;
-    const std::string chunk = pattern(kStoreReads[i], 120 + static_cast<unsigned>(i));
+    const std::string& chunk = chunks[i];
     std::string got(kStoreReads[i], '\0');
     if (write(lb.server, chunk.data(), chunk.size()) != static_cast<ssize_t>(chunk.size()) ||
         !wait_inq(lb.client, chunk.size()) ||
@@ -1127,44 +1128,10 @@ int store_scenario(Child& self) {
 }
 
 void run_store(Variant variant) {
-  fc::testing::require_root("loading BPF programs");
-  REQUIRE(fc::capture::check_environment().ok());
-  Collector col({.ring_bytes_per_cpu = 1 << 20, .default_policy = kDefault, .variant = variant});
-  Child target(store_scenario);
-  REQUIRE(col.capture->add_target(target.pid()).ok());
-  target.go();
-  const auto listen_port = static_cast<std::uint16_t>(target.receive());
-  REQUIRE(col.capture
-              ->set_port_policy(listen_port, true, {4096, 4096, FC_ROLE_OBJECT_STORE, 16384, 256})
-              .ok());
-  target.nod();
-  const auto client_port = static_cast<std::uint16_t>(target.receive());
-  col.drain(5);
-  target.nod();
-  CHECK(target.wait() == 0);
-  col.capture->clear_port_policy(listen_port, true);
-  fc_u64 client = 0;
-  for (const auto& r : col.of(target.pid(), FC_EVENT_CONNECT))
-    if (r.conn.local_port == client_port) client = r.common.conn_id;
-  REQUIRE(client != 0);
-  std::vector<Record> reads;
-  for (const auto& r : col.of(target.pid(), FC_EVENT_DATA))
-    if (r.common.conn_id == client && r.data.direction == FC_DIR_RECV) reads.push_back(r);
-  std::sort(reads.begin(), reads.end(), [](const Record& a, const Record& b) {
-    return a.data.stream_pos < b.data.stream_pos;
-  });  // per-CPU rings: delivery order is not call order
-  REQUIRE(reads.size() == std::size(kStoreReads));
-  std::size_t pos = 0;
-  for (std::size_t i = 0; i < reads.size(); ++i) {
-    INFO("read " << i);
-    const std::string chunk = pattern(kStoreReads[i], 120 + static_cast<unsigned>(i));
-    CHECK(reads[i].common.role == FC_ROLE_OBJECT_STORE);
-    CHECK(reads[i].data.stream_pos == pos);
-    CHECK(reads[i].data.length == kStoreReads[i]);
-    CHECK(reads[i].data.captured == kStoreCaptured[i]);
-    CHECK((reads[i].payload == chunk.substr(0, kStoreCaptured[i])));
-    pos += kStoreReads[i];
-  }
+  const auto reads = with_port_policy(variant, store_scenario, true,
+                                      {4096, 4096, FC_ROLE_OBJECT_STORE, 16384, 256}, FC_DIR_RECV);
+  check_prefixes(reads, store_chunks(), {std::begin(kStoreCaptured), std::end(kStoreCaptured)},
+                 FC_ROLE_OBJECT_STORE);
 }
 
 }  // namespace

@@ -52,18 +52,13 @@ bool open_pair(Pair& p) {
   return p.server >= 0;
 }
 
-const std::string kRequest1 = pattern(1000, 101);
-const std::string kRequest2 = pattern(5000, 102);
-const std::string kResponse = pattern(7000, 103);
-
-int openssl_scenario(Child& self, const CertDir& certs) {
-  Pair p;
-  if (!open_pair(p)) return 10;
+// An OpenSSL server and client over `p`, handshake done. False if any step failed.
+bool openssl_handshake(const Pair& p, const CertDir& certs, SSL** server, SSL** client) {
   SSL_CTX* sctx = SSL_CTX_new(TLS_server_method());
   SSL_CTX* cctx = SSL_CTX_new(TLS_client_method());
   if (SSL_CTX_use_certificate_file(sctx, certs.cert.c_str(), SSL_FILETYPE_PEM) != 1 ||
       SSL_CTX_use_PrivateKey_file(sctx, certs.key.c_str(), SSL_FILETYPE_PEM) != 1)
-    return 11;
+    return false;
   SSL* s = SSL_new(sctx);
   SSL* c = SSL_new(cctx);
   SSL_set_fd(s, p.server);
@@ -72,7 +67,20 @@ int openssl_scenario(Child& self, const CertDir& certs) {
   std::thread st([&] { accepted = SSL_accept(s); });
   const int connected = SSL_connect(c);
   st.join();
-  if (connected != 1 || accepted != 1) return 12;
+  *server = s;
+  *client = c;
+  return connected == 1 && accepted == 1;
+}
+
+const std::string kRequest1 = pattern(1000, 101);
+const std::string kRequest2 = pattern(5000, 102);
+const std::string kResponse = pattern(7000, 103);
+
+int openssl_scenario(Child& self, const CertDir& certs) {
+  Pair p;
+  if (!open_pair(p)) return 10;
+  SSL *s = nullptr, *c = nullptr;
+  if (!openssl_handshake(p, certs, &s, &c)) return 12;
   self.report(p.client_port);
   self.report(p.listen_port);
   self.wait_parent();
@@ -355,34 +363,30 @@ namespace {
 const std::size_t kStoreReads[] = {600, 5000, 5000, 3000, 300};  // a request before 0 and 4
 const std::size_t kStoreCaptured[] = {600, 256, 256, 256, 300};
 
+std::vector<std::string> tls_store_chunks() {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < std::size(kStoreReads); ++i)
+    out.push_back(pattern(kStoreReads[i], 140 + static_cast<unsigned>(i)));
+  return out;
+}
+
 int tls_store_scenario(Child& self, const CertDir& certs) {
   Pair p;
   if (!open_pair(p)) return 10;
-  SSL_CTX* sctx = SSL_CTX_new(TLS_server_method());
-  SSL_CTX* cctx = SSL_CTX_new(TLS_client_method());
-  if (SSL_CTX_use_certificate_file(sctx, certs.cert.c_str(), SSL_FILETYPE_PEM) != 1 ||
-      SSL_CTX_use_PrivateKey_file(sctx, certs.key.c_str(), SSL_FILETYPE_PEM) != 1)
-    return 11;
-  SSL* s = SSL_new(sctx);
-  SSL* c = SSL_new(cctx);
-  SSL_set_fd(s, p.server);
-  SSL_set_fd(c, p.client);
-  int accepted = 0;
-  std::thread st([&] { accepted = SSL_accept(s); });
-  const int connected = SSL_connect(c);
-  st.join();
-  if (connected != 1 || accepted != 1) return 12;
+  SSL *s = nullptr, *c = nullptr;
+  if (!openssl_handshake(p, certs, &s, &c)) return 12;
   self.report(p.client_port);
   self.report(p.listen_port);
   self.wait_parent();  // hooked, and the listener's port is an object-store port
   char buf[16384];
-  for (std::size_t i = 0; i < std::size(kStoreReads); ++i) {
+  const auto chunks = tls_store_chunks();
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
     if (i == 0 || i == 4) {
       const std::string request = pattern(100, 130 + static_cast<unsigned>(i));
       if (SSL_write(c, request.data(), 100) != 100 || SSL_read(s, buf, sizeof(buf)) != 100)
         return 13;
     }
-    const std::string chunk = pattern(kStoreReads[i], 140 + static_cast<unsigned>(i));
+    const std::string& chunk = chunks[i];
     const int n = static_cast<int>(chunk.size());
     if (SSL_write(s, chunk.data(), n) != n || SSL_read(c, buf, sizeof(buf)) != n) return 14;
   }
@@ -418,21 +422,8 @@ TEST_CASE("an object store's TLS response gives only the bulk prefix after its f
   std::vector<Record> reads;
   for (const auto& r : col.of(target.pid(), FC_EVENT_TLS_DATA))
     if (r.common.conn_id == client && r.data.direction == FC_DIR_RECV) reads.push_back(r);
-  std::sort(reads.begin(), reads.end(), [](const Record& a, const Record& b) {
-    return a.data.stream_pos < b.data.stream_pos;
-  });  // per-CPU rings: delivery order is not call order
-  REQUIRE(reads.size() == std::size(kStoreReads));
-  std::size_t pos = 0;
-  for (std::size_t i = 0; i < reads.size(); ++i) {
-    INFO("read " << i);
-    const std::string chunk = pattern(kStoreReads[i], 140 + static_cast<unsigned>(i));
-    CHECK(reads[i].common.role == FC_ROLE_OBJECT_STORE);
-    CHECK(reads[i].data.stream_pos == pos);
-    CHECK(reads[i].data.length == kStoreReads[i]);
-    CHECK(reads[i].data.captured == kStoreCaptured[i]);
-    CHECK((reads[i].payload == chunk.substr(0, kStoreCaptured[i])));
-    pos += kStoreReads[i];
-  }
+  check_prefixes(reads, tls_store_chunks(), {std::begin(kStoreCaptured), std::end(kStoreCaptured)},
+                 FC_ROLE_OBJECT_STORE);
 }
 
 // The server is gnutls-serv --http (GnuTLS), the client curl (OpenSSL): both libraries at once.

@@ -184,6 +184,27 @@ inline std::string tls_stream(const std::vector<Record>& all, fc_u64 conn_id, fc
   return out;
 }
 
+// One connection-direction's calls in stream order: call i moved `calls[i]` bytes, of which the
+// first `captured[i]` were copied. Records come from per-CPU rings, so they are ordered by
+// position first. `role` (if not 0xff) is checked on each.
+inline void check_prefixes(std::vector<Record> records, const std::vector<std::string>& calls,
+                           const std::vector<std::size_t>& captured, fc_u8 role = 0xff) {
+  std::sort(records.begin(), records.end(),
+            [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
+  REQUIRE(records.size() == calls.size());
+  REQUIRE(captured.size() == calls.size());
+  std::size_t pos = 0;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    INFO("call " << i);
+    if (role != 0xff) CHECK(records[i].common.role == role);
+    CHECK(records[i].data.stream_pos == pos);
+    CHECK(records[i].data.length == calls[i].size());
+    CHECK(records[i].data.captured == captured[i]);
+    CHECK((records[i].payload == calls[i].substr(0, captured[i])));
+    pos += calls[i].size();
+  }
+}
+
 inline fc_u64 conn_by_ports(const Collector& col, pid_t pid, std::uint16_t local,
                             std::uint16_t peer) {
   for (const auto& r : col.of(pid, FC_EVENT_CONNECT))
