@@ -98,8 +98,8 @@ struct conn_state {
   __u8 bulk_run[2]; /* per direction: the last call was bulk (fc_policy) */
   __u8 resp_state;  /* Kafka client connections: enum resp_state of the send direction */
   __u8 pad[3];
-  __u32
-      fold_len; /* sendfile bytes folded and not reported yet: [pos[SEND] - fold_len, pos[SEND]) */
+  /* Sendfile bytes folded and not reported yet: [pos[SEND] - fold_len, pos[SEND]). */
+  __u32 fold_len;
   __u32 pad2;
   __u64 resp_end; /* RESP_IN: send-stream position where the current response ends */
 };
