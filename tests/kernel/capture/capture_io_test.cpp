@@ -676,6 +676,56 @@ TEST_CASE("a connection reset by the peer is reported closed, syscall tracepoint
 
 namespace {
 
+// A target run: `scenario` reports its client's port once its calls are made, and the
+// records the target produced. `listen_policy`, if given, is set on the scenario's listener's
+// port (the accepted side, or with `peer_side` the side that connected) after the scenario
+// first reports that port.
+struct TargetRun {
+  std::vector<Record> records;
+  std::uint16_t client_port = 0;
+};
+
+TargetRun run_target(Variant variant, const fc::capture::Policy& policy, int (*scenario)(Child&),
+                     const fc::capture::Policy* listen_policy = nullptr, bool peer_side = false) {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  Collector col({.ring_bytes_per_cpu = 4 << 20, .default_policy = policy, .variant = variant});
+  Child target(scenario);
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  std::uint16_t listen_port = 0;
+  if (listen_policy) {
+    listen_port = static_cast<std::uint16_t>(target.receive());
+    REQUIRE(col.capture->set_port_policy(listen_port, peer_side, *listen_policy).ok());
+    target.nod();
+  }
+  TargetRun run;
+  run.client_port = static_cast<std::uint16_t>(target.receive());
+  col.drain(5);
+  target.nod();
+  CHECK(target.wait() == 0);
+  if (listen_policy) col.capture->clear_port_policy(listen_port, peer_side);
+  for (const auto& r : col.records)
+    if (r.common.tgid == static_cast<fc_u32>(target.pid())) run.records.push_back(r);
+  return run;
+}
+
+// The data records of one side of the run's client connection (the client's, or with `server`
+// the accepted one's) in one direction, in delivery order.
+std::vector<Record> side_calls(const TargetRun& run, bool server, fc_u8 direction) {
+  fc_u64 conn = 0;
+  for (const auto& r : run.records)
+    if (r.common.kind == FC_EVENT_CONNECT && r.conn.origin != FC_ORIGIN_PROC_SCAN &&
+        (server ? r.conn.peer_port : r.conn.local_port) == run.client_port)
+      conn = r.common.conn_id;
+  REQUIRE(conn != 0);
+  std::vector<Record> out;
+  for (const auto& r : run.records)
+    if (r.common.kind == FC_EVENT_DATA && r.common.conn_id == conn && r.data.direction == direction)
+      out.push_back(r);
+  return out;
+}
+
 // Bulk runs: the first large write of a run keeps the call cap, the ones that follow it in the
 // same direction copy only the bulk prefix, and a byte from the other side starts a new run.
 int bulk_scenario(Child& self) {
@@ -697,39 +747,12 @@ int bulk_scenario(Child& self) {
 }
 
 void run_bulk(Variant variant) {
-  fc::testing::require_root("loading BPF programs");
-  REQUIRE(fc::capture::check_environment().ok());
-  const fc::capture::Policy policy{4096, 4096, FC_ROLE_OTHER, 16384, 256};
-  Collector col({.ring_bytes_per_cpu = 4 << 20, .default_policy = policy, .variant = variant});
-  Child target(bulk_scenario);
-  REQUIRE(col.capture->add_target(target.pid()).ok());
-  target.go();
-  const auto client_port = static_cast<std::uint16_t>(target.receive());
-  col.drain(5);
-  target.nod();
-  CHECK(target.wait() == 0);
-  fc_u64 client = 0;
-  for (const auto& r : col.of(target.pid(), FC_EVENT_CONNECT))
-    if (r.conn.local_port == client_port) client = r.common.conn_id;
-  REQUIRE(client != 0);
-  std::vector<Record> sends;
-  for (const auto& r : col.of(target.pid(), FC_EVENT_DATA))
-    if (r.common.conn_id == client && r.data.direction == FC_DIR_SEND) sends.push_back(r);
-  std::sort(sends.begin(), sends.end(),
-            [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
-  REQUIRE(sends.size() == 5);
+  const auto run = run_target(variant, {4096, 4096, FC_ROLE_OTHER, 16384, 256}, bulk_scenario);
   const std::size_t length[] = {20000, 20000, 30000, 20000, 100};
-  const std::size_t captured[] = {4096, 256, 256, 4096, 100};
   const unsigned seed[] = {21, 22, 23, 25, 26};
-  std::size_t pos = 0;
-  for (std::size_t i = 0; i < sends.size(); ++i) {
-    INFO("send " << i);
-    CHECK(sends[i].data.stream_pos == pos);
-    CHECK(sends[i].data.length == length[i]);
-    CHECK(sends[i].data.captured == captured[i]);
-    CHECK((sends[i].payload == pattern(length[i], seed[i]).substr(0, captured[i])));
-    pos += length[i];
-  }
+  std::vector<std::string> calls;
+  for (std::size_t i = 0; i < std::size(length); ++i) calls.push_back(pattern(length[i], seed[i]));
+  check_prefixes(side_calls(run, false, FC_DIR_SEND), calls, {4096, 256, 256, 4096, 100});
 }
 
 }  // namespace
@@ -771,29 +794,10 @@ int vectored_body_scenario(Child& self) {
 }
 
 void run_vectored_body(Variant variant) {
-  fc::testing::require_root("loading BPF programs");
-  REQUIRE(fc::capture::check_environment().ok());
-  const fc::capture::Policy policy{4096, 4096, FC_ROLE_OTHER, 16384, 256};
-  Collector col({.ring_bytes_per_cpu = 4 << 20, .default_policy = policy, .variant = variant});
-  Child target(vectored_body_scenario);
-  REQUIRE(col.capture->add_target(target.pid()).ok());
-  target.go();
-  const auto client_port = static_cast<std::uint16_t>(target.receive());
-  col.drain(5);
-  target.nod();
-  CHECK(target.wait() == 0);
-  fc_u64 client = 0, server = 0;
-  for (const auto& r : col.of(target.pid(), FC_EVENT_CONNECT)) {
-    if (r.conn.local_port == client_port) client = r.common.conn_id;
-    if (r.conn.peer_port == client_port) server = r.common.conn_id;
-  }
-  REQUIRE(client != 0);
-  REQUIRE(server != 0);
-  std::vector<Record> sends, receives;
-  for (const auto& r : col.of(target.pid(), FC_EVENT_DATA)) {
-    if (r.common.conn_id == client && r.data.direction == FC_DIR_SEND) sends.push_back(r);
-    if (r.common.conn_id == server && r.data.direction == FC_DIR_RECV) receives.push_back(r);
-  }
+  const auto run =
+      run_target(variant, {4096, 4096, FC_ROLE_OTHER, 16384, 256}, vectored_body_scenario);
+  const auto sends = side_calls(run, false, FC_DIR_SEND);
+  const auto receives = side_calls(run, true, FC_DIR_RECV);
   REQUIRE(sends.size() == 1);
   const Record& w = sends[0];
   CHECK(w.data.source == FC_SRC_WRITEV);
@@ -1047,27 +1051,8 @@ int records_scenario(Child& self) {
 // connected to it when `peer_side`), then reports the client's port when done.
 std::vector<Record> with_port_policy(Variant variant, int (*scenario)(Child&), bool peer_side,
                                      const fc::capture::Policy& policy, fc_u8 direction) {
-  fc::testing::require_root("loading BPF programs");
-  REQUIRE(fc::capture::check_environment().ok());
-  Collector col({.ring_bytes_per_cpu = 1 << 20, .default_policy = kDefault, .variant = variant});
-  Child target(scenario);
-  REQUIRE(col.capture->add_target(target.pid()).ok());
-  target.go();
-  const auto listen_port = static_cast<std::uint16_t>(target.receive());
-  REQUIRE(col.capture->set_port_policy(listen_port, peer_side, policy).ok());
-  target.nod();
-  const auto client_port = static_cast<std::uint16_t>(target.receive());
-  col.drain(5);
-  target.nod();
-  CHECK(target.wait() == 0);
-  col.capture->clear_port_policy(listen_port, peer_side);
-  const fc_u64 conn = peer_side ? conn_by_ports(col, target.pid(), client_port, listen_port)
-                                : conn_by_ports(col, target.pid(), listen_port, client_port);
-  REQUIRE(conn != 0);
-  std::vector<Record> out;
-  for (const auto& r : col.of(target.pid(), FC_EVENT_DATA))
-    if (r.common.conn_id == conn && r.data.direction == direction) out.push_back(r);
-  return out;
+  const auto run = run_target(variant, kDefault, scenario, &policy, peer_side);
+  return side_calls(run, !peer_side, direction);
 }
 
 void run_records(Variant variant) {
@@ -1088,18 +1073,8 @@ TEST_CASE("a large send inside a Kafka response gives only the bulk prefix, sysc
 
 namespace {
 
-// The broker's connection to an object store: a response arrives in several reads, each below
-// bulk_from. The first read after a request keeps the call cap (the HTTP header is there), the
-// reads after it are body and give only the bulk prefix, until the next request goes out.
-const std::size_t kStoreReads[] = {600, 5000, 5000, 3000, 300};  // a request before 0 and 4
-const std::size_t kStoreCaptured[] = {600, 256, 256, 256, 300};
-
-std::vector<std::string> store_chunks() {
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < std::size(kStoreReads); ++i)
-    out.push_back(pattern(kStoreReads[i], 120 + static_cast<unsigned>(i)));
-  return out;
-}
+// The broker's connection to an object store (harness.h, kStoreReads): plain TCP.
+constexpr unsigned kStoreSeed = 120;
 
 int store_scenario(Child& self) {
   Loopback lb;
@@ -1112,7 +1087,7 @@ int store_scenario(Child& self) {
     return write(lb.client, r.data(), 50) == 50 && wait_inq(lb.server, 50) &&
            read(lb.server, got.data(), 50) == 50;
   };
-  const auto chunks = store_chunks();
+  const auto chunks = store_chunks(kStoreSeed);
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     if ((i == 0 || i == 4) && !request(110 + static_cast<unsigned>(i))) return 11;
     const std::string& chunk = chunks[i];
@@ -1130,8 +1105,7 @@ int store_scenario(Child& self) {
 void run_store(Variant variant) {
   const auto reads = with_port_policy(variant, store_scenario, true,
                                       {4096, 4096, FC_ROLE_OBJECT_STORE, 16384, 256}, FC_DIR_RECV);
-  check_prefixes(reads, store_chunks(), {std::begin(kStoreCaptured), std::end(kStoreCaptured)},
-                 FC_ROLE_OBJECT_STORE);
+  check_prefixes(reads, store_chunks(kStoreSeed), kStoreCaptured, FC_ROLE_OBJECT_STORE);
 }
 
 }  // namespace

@@ -357,18 +357,9 @@ TEST_CASE("GnuTLS skipped by configuration: no uprobes, ciphertext delivered") {
 
 namespace {
 
-// An object store over TLS (OpenSSL): each SSL_write of the server is one record, read by one
-// SSL_read of the client. The first read after a request keeps the call cap; those after it
-// are object body and give only the bulk prefix, until the next request.
-const std::size_t kStoreReads[] = {600, 5000, 5000, 3000, 300};  // a request before 0 and 4
-const std::size_t kStoreCaptured[] = {600, 256, 256, 256, 300};
-
-std::vector<std::string> tls_store_chunks() {
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < std::size(kStoreReads); ++i)
-    out.push_back(pattern(kStoreReads[i], 140 + static_cast<unsigned>(i)));
-  return out;
-}
+// An object store over TLS (harness.h, kStoreReads): each SSL_write of the server is one
+// record, read by one SSL_read of the client.
+constexpr unsigned kStoreSeed = 140;
 
 int tls_store_scenario(Child& self, const CertDir& certs) {
   Pair p;
@@ -379,7 +370,7 @@ int tls_store_scenario(Child& self, const CertDir& certs) {
   self.report(p.listen_port);
   self.wait_parent();  // hooked, and the listener's port is an object-store port
   char buf[16384];
-  const auto chunks = tls_store_chunks();
+  const auto chunks = store_chunks(kStoreSeed);
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     if (i == 0 || i == 4) {
       const std::string request = pattern(100, 130 + static_cast<unsigned>(i));
@@ -422,8 +413,7 @@ TEST_CASE("an object store's TLS response gives only the bulk prefix after its f
   std::vector<Record> reads;
   for (const auto& r : col.of(target.pid(), FC_EVENT_TLS_DATA))
     if (r.common.conn_id == client && r.data.direction == FC_DIR_RECV) reads.push_back(r);
-  check_prefixes(reads, tls_store_chunks(), {std::begin(kStoreCaptured), std::end(kStoreCaptured)},
-                 FC_ROLE_OBJECT_STORE);
+  check_prefixes(reads, store_chunks(kStoreSeed), kStoreCaptured, FC_ROLE_OBJECT_STORE);
 }
 
 // The server is gnutls-serv --http (GnuTLS), the client curl (OpenSSL): both libraries at once.
