@@ -97,7 +97,8 @@ struct conn_state {
   __u8 tls;         /* a TLS library works on this socket: raw bytes are ciphertext */
   __u8 bulk_run[2]; /* per direction: the last call was bulk (fc_policy) */
   __u8 resp_state;  /* Kafka client connections: enum resp_state of the send direction */
-  __u8 pad[3];
+  __u8 gathering;   /* sends are being gathered into the socket's `gathers` record */
+  __u8 pad[2];
   /* Sendfile bytes folded and not reported yet: [pos[SEND] - fold_len, pos[SEND]). */
   __u32 fold_len;
   __u32 pad2;
@@ -109,6 +110,26 @@ struct {
   __type(key, __u64);
   __type(value, struct conn_state);
 } conns SEC(".maps");
+
+/* Gathered sends (sock variant, Kafka client connections; see fetchcost_abi.h): the sends of a
+ * response after its first one are copied here instead of into a record each, and leave as one
+ * record when the response ends. A local fetch's response is its header, then per partition the
+ * records (a sendfile) and the next partition's header (a small write): for 4 partitions, 5 send
+ * records become 2. A record costs the broker far more than the copy (reserve, submit, clock,
+ * header: cache lines of ring memory), and fetchcostd reads fewer. Socket-local storage: made
+ * on a socket's first gathered send, found from the socket without a hash lookup, freed with
+ * the socket. */
+#define FC_GATHER_BYTES 512
+struct gather_buf {
+  struct fc_data_event hdr; /* stream_pos: first byte covered; captured, nsegs, segs so far */
+  __u8 data[2 * FC_GATHER_BYTES]; /* twice: a masked offset plus a clamped length always fit */
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_SK_STORAGE);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, int);
+  __type(value, struct gather_buf);
+} gathers SEC(".maps");
 
 /* (tgid, fd) -> the last connection seen on it, for generations. */
 struct fd_key {
@@ -405,10 +426,15 @@ static __always_inline struct conn_state* new_conn(__u64 key, struct sock* sk, _
 
 static __always_inline void flush_fold(struct conn_state* st, __u64 pid_tgid,
                                        struct task_struct* task);
+static __always_inline void flush_gather(struct conn_state* st, struct sock* sk, __u64 end,
+                                         __u64 pid_tgid, struct task_struct* task);
 
-static __always_inline void emit_close(struct conn_state* st, __u64 pid_tgid) {
-  if (st->fold_len) /* from another context (softirq, a timer): the owner, no thread */
-    flush_fold(st, (pid_tgid >> 32) == st->tgid ? pid_tgid : (__u64)st->tgid << 32, 0);
+/* `sk`: the socket as a trusted pointer (sock variant), else 0. */
+static __always_inline void emit_close(struct conn_state* st, struct sock* sk, __u64 pid_tgid) {
+  /* From another context (softirq, a timer): the owner, no thread. */
+  __u64 owner = (pid_tgid >> 32) == st->tgid ? pid_tgid : (__u64)st->tgid << 32;
+  if (st->fold_len) flush_fold(st, owner, 0);
+  flush_gather(st, sk, st->pos[FC_DIR_SEND], owner, 0);
   struct fc_conn_event ev = {};
   fill_common(&ev.c, FC_EVENT_CLOSE, pid_tgid);
   if (ev.c.tgid != st->tgid) { /* closed from softirq or a timer: not the owner's thread */
@@ -620,6 +646,91 @@ static __always_inline void flush_fold(struct conn_state* st, __u64 pid_tgid,
   emit_length_only(st, pid_tgid, task, FC_SRC_SENDFILE, st->pos[FC_DIR_SEND], 0, FC_DIR_SEND, n);
 }
 
+/* Hands on the gathered record, which covers send-stream bytes [its stream_pos, end). */
+static __always_inline void flush_gathered(struct conn_state* st, struct gather_buf* g, __u64 end,
+                                           __u64 pid_tgid, struct task_struct* task) {
+  st->gathering = 0;
+  __u64 start = g->hdr.stream_pos;
+  __u32 captured = g->hdr.captured;
+  __u8 nsegs = g->hdr.nsegs;
+  __u16 fault = g->hdr.c.flags & FC_FLAG_COPY_FAULT;
+  fill_data_hdr(&g->hdr, st, pid_tgid, task, FC_SRC_GATHERED, start, (__u32)(end - start),
+                FC_DIR_SEND, 0);
+  g->hdr.c.flags |= fault;
+  g->hdr.captured = captured;
+  g->hdr.nsegs = nsegs;
+  __u64 size = sizeof(struct fc_data_event) + (captured & (2 * FC_GATHER_BYTES - 1));
+  if (size > sizeof(*g)) return;
+  submit(g, size);
+}
+
+static __always_inline void flush_gather(struct conn_state* st, struct sock* sk, __u64 end,
+                                         __u64 pid_tgid, struct task_struct* task) {
+  if (!sk || !st->gathering) return;
+  struct gather_buf* g = bpf_sk_storage_get(&gathers, sk, 0, 0);
+  if (g)
+    flush_gathered(st, g, end, pid_tgid, task);
+  else
+    st->gathering = 0; /* cannot happen: the storage lives as long as the socket */
+}
+
+/* Adds a send's first `want` bytes (at `buf`, stream position `pos`) to the gather, starting
+ * one (that also covers the `hole` folded sendfile bytes before the send) if none is open.
+ * Returns 0 when the gather has no room left for them. */
+static __always_inline int gather_add(struct conn_state* st, struct gather_buf* g, __u64 pos,
+                                      __u32 hole, __u32 want, __u64 buf) {
+  if (!st->gathering) {
+    g->hdr.stream_pos = pos - hole;
+    g->hdr.captured = 0;
+    g->hdr.nsegs = 0;
+    g->hdr.c.flags = 0;
+    st->gathering = 1;
+  }
+  __u32 at = g->hdr.captured;
+  __u32 n = g->hdr.nsegs;
+  __u64 offset = pos - g->hdr.stream_pos;
+  if (n >= FC_MAX_SEGMENTS || at + want > FC_GATHER_BYTES || offset > 0xffffffffULL) return 0;
+  count(FC_COUNTER_GATHERED);
+  __u64 len = want;
+  /* Clamp in asm so the compiler cannot drop the bound the verifier needs. */
+  asm volatile("if %[n] <= %[max] goto +1; %[n] = %[max]" : [n] "+r"(len) : [max] "i"(FC_GATHER_BYTES));
+  if (len == 0) return 1; /* nothing captured: its bytes are a hole of the record */
+  if (bpf_probe_read_user(g->data + (at & (FC_GATHER_BYTES - 1)), len, (const void*)buf) != 0) {
+    count(FC_COUNTER_COPY_FAULTS);
+    g->hdr.c.flags |= FC_FLAG_COPY_FAULT;
+    return 1;
+  }
+  g->hdr.segs[n & (FC_MAX_SEGMENTS - 1)].offset = (__u32)offset;
+  g->hdr.segs[n & (FC_MAX_SEGMENTS - 1)].length = (__u32)len;
+  g->hdr.nsegs = n + 1;
+  g->hdr.captured = at + (__u32)len;
+  return 1;
+}
+
+/* Gathers a send of `ret` bytes whose first `want` are captured, and hands the record on if the
+ * send ends the response. Returns 0 if it cannot be gathered (too large, or no storage): the
+ * caller then gives it a record of its own, after the gathered one. */
+static __always_inline int try_gather(struct conn_state* st, struct sock* sk, __u64 pos,
+                                      __u32 ret, __u32 hole, __u32 want, __u64 buf, int ends,
+                                      __u64 pid_tgid, struct task_struct* task) {
+  if (!sk) return 0;
+  if (want > FC_GATHER_BYTES) {
+    flush_gather(st, sk, pos, pid_tgid, task);
+    return 0;
+  }
+  struct gather_buf* g = bpf_sk_storage_get(&gathers, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+  if (!g) {
+    st->gathering = 0; /* none was open: it is made here */
+    return 0;
+  }
+  if (!gather_add(st, g, pos, hole, want, buf)) { /* full: hand on what it holds, start anew */
+    flush_gathered(st, g, pos, pid_tgid, task);
+    gather_add(st, g, pos, 0, want, buf);
+  }
+  if (ends) flush_gathered(st, g, pos + ret, pid_tgid, task);
+  return 1;
+}
+
 /* A send that starts a response whose first bytes were captured. */
 static __always_inline void start_response(struct conn_state* st, __u64 pos, __u32 ret,
                                            __u32 head) {
@@ -636,9 +747,9 @@ static __always_inline void start_response(struct conn_state* st, __u64 pos, __u
 
 /* One data event for a target's socket call. a0..a3 are the syscall's arguments (fd, buffer,
  * count/iovcnt, flags) when `src` names a syscall, else ignored. */
-static __always_inline void emit_data(struct conn_state* st, __u64 pid_tgid, __u64 conn_key,
-                                      __u8 src, __u64 buf, __u64 cnt, __u32 ret, __u8 direction,
-                                      struct task_struct* task) {
+static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __u64 pid_tgid,
+                                      __u64 conn_key, __u8 src, __u64 buf, __u64 cnt, __u32 ret,
+                                      __u8 direction, struct task_struct* task) {
   if (st->policy_epoch != policy_epoch + 1) { /* the target's default policy is needed */
     struct fc_target* t = target_of(pid_tgid >> 32);
     if (!t) return; /* being removed */
@@ -683,20 +794,35 @@ static __always_inline void emit_data(struct conn_state* st, __u64 pid_tgid, __u
 
   __u32 hole = 0; /* folded sendfile bytes right before this call (send direction) */
   int starts = 0; /* this send starts a Kafka response */
+  int gather = 0; /* this send continues a response: gather it (sock variant) */
+  int ends = 0;   /* ... and ends it */
   if (st->policy.role == FC_ROLE_KAFKA_CLIENT && !st->tls) {
     if (direction == FC_DIR_RECV) {
       flush_fold(st, pid_tgid, task);
+      flush_gather(st, sk, st->pos[FC_DIR_SEND], pid_tgid, task);
       if (st->resp_state == RESP_UNKNOWN) st->resp_state = RESP_NEXT;
     } else if (st->resp_state == RESP_IN) {
       __u64 end = pos + ret;
       if (end < st->resp_end) {
+        if (src == FC_SRC_SENDFILE && st->gathering) { /* inside the gathered record's range */
+          count(FC_COUNTER_FOLDED);
+          return;
+        }
         if (src == FC_SRC_SENDFILE && ret <= 0xffffffffU - st->fold_len) {
           st->fold_len += ret;
           count(FC_COUNTER_FOLDED);
           return;
         }
+        gather = sk != 0;
       } else {
         st->resp_state = end == st->resp_end ? RESP_NEXT : RESP_UNKNOWN;
+        /* The send that ends the response joins an open gather; alone it needs none. */
+        ends = gather = end == st->resp_end && st->gathering;
+        if (ends && src == FC_SRC_SENDFILE) {
+          count(FC_COUNTER_FOLDED);
+          flush_gather(st, sk, end, pid_tgid, task);
+          return;
+        }
       }
     } else if (st->resp_state == RESP_NEXT) {
       starts = 1;
@@ -706,22 +832,28 @@ static __always_inline void emit_data(struct conn_state* st, __u64 pid_tgid, __u
       hole = st->fold_len;
       st->fold_len = 0;
     }
-  } else if (st->fold_len) { /* its role or TLS changed with a fold pending */
+  } else if (st->fold_len || st->gathering) { /* its role or TLS changed with one pending */
     flush_fold(st, pid_tgid, task);
+    flush_gather(st, sk, direction == FC_DIR_SEND ? pos : st->pos[FC_DIR_SEND], pid_tgid, task);
   }
+  /* A send that is not gathered comes after what was (a wrong guess of the framing, a call that
+   * cannot be gathered). */
+  if (direction == FC_DIR_SEND && !gather) flush_gather(st, sk, pos, pid_tgid, task);
 
   const int one_range =
       src == FC_SRC_READ || src == FC_SRC_WRITE || src == FC_SRC_SENDTO || src == FC_SRC_RECVFROM;
   const int vectored =
       src == FC_SRC_READV || src == FC_SRC_WRITEV || src == FC_SRC_SENDMSG || src == FC_SRC_RECVMSG;
   if (st->tls || st->policy.role == FC_ROLE_IGNORE || call_cap == 0 || !(one_range || vectored)) {
+    if (gather) flush_gather(st, sk, pos, pid_tgid, task);
     emit_length_only(st, pid_tgid, task, src, pos, ret, direction, hole);
     return;
   }
   __u32 head = 0; /* the call's first 4 bytes, when captured */
   if (one_range) {
-    emit_direct(st, pid_tgid, task, src, pos, ret, direction, hole, min_u32(ret, call_cap), buf,
-                &head);
+    __u32 want = min_u32(ret, call_cap);
+    if (gather && try_gather(st, sk, pos, ret, hole, want, buf, ends, pid_tgid, task)) return;
+    emit_direct(st, pid_tgid, task, src, pos, ret, direction, hole, want, buf, &head);
     if (starts && head) start_response(st, pos, ret, head);
     return;
   }
@@ -747,6 +879,8 @@ static __always_inline void emit_data(struct conn_state* st, __u64 pid_tgid, __u
       __u32 seg = iov.iov_len < (__u64)ret ? (__u32)iov.iov_len : ret;
       __u32 cap = body_from && iov.iov_len >= body_from ? min_u32(iov_cap, body_bytes) : iov_cap;
       __u32 want = min_u32(min_u32(seg, cap), min_u32(call_cap, FC_MAX_CAPTURE));
+      if (gather && try_gather(st, sk, pos, ret, hole, want, iov.iov_base, ends, pid_tgid, task))
+        return;
       if (want == 0)
         emit_length_only(st, pid_tgid, task, src, pos, ret, direction, hole);
       else
@@ -756,6 +890,7 @@ static __always_inline void emit_data(struct conn_state* st, __u64 pid_tgid, __u
     }
   }
 
+  if (gather) flush_gather(st, sk, pos, pid_tgid, task); /* several iovecs: not gathered */
   struct event_buf* ev = scratch_buf();
   if (!ev) return;
   fill_data_hdr(&ev->hdr, st, pid_tgid, task, src, pos, ret, direction, hole);
@@ -810,7 +945,7 @@ static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 
     st->fd = fd;
     st->generation = next_generation(pid_tgid >> 32, fd, cookie);
   }
-  emit_data(st, pid_tgid, key, src, arg_buf, arg_cnt, (__u32)ret, direction, task);
+  emit_data(st, sk, pid_tgid, key, src, arg_buf, arg_cnt, (__u32)ret, direction, task);
   return 0;
 }
 
@@ -837,7 +972,7 @@ int BPF_PROG(sock_set_state, struct sock* sk, int oldstate, int newstate) {
   /* Synthetic ids (fallback) are keyed by the live socket: accept/connect replace the entry. */
   if (!st->ignored &&
       ((st->conn_id & FC_CONN_ID_SYNTHETIC) || st->conn_id == bpf_get_socket_cookie(sk)))
-    emit_close(st, bpf_get_current_pid_tgid());
+    emit_close(st, sk, bpf_get_current_pid_tgid());
   bpf_map_delete_elem(&conns, &key);
   return 0;
 }
@@ -895,7 +1030,7 @@ static __always_inline int sc_enter(struct fc_syscall_enter* ctx) {
     __u64 key = (__u64)sk;
     struct conn_state* st = bpf_map_lookup_elem(&conns, &key);
     if (!st) return 0;
-    if (!st->ignored) emit_close(st, pid_tgid);
+    if (!st->ignored) emit_close(st, 0, pid_tgid);
     bpf_map_delete_elem(&conns, &key);
     return 0;
   }
@@ -975,7 +1110,7 @@ static __always_inline int sc_exit(struct fc_syscall_exit* ctx) {
   __u32 len = (__u32)ret;
   if (src == FC_SRC_RECVMMSG || src == FC_SRC_SENDMMSG) len = mmsg_total(a.args[1], ret);
   if (len == 0) return 0;
-  emit_data(st, pid_tgid, key, src, a.args[1], a.args[2], len, direction, 0);
+  emit_data(st, 0, pid_tgid, key, src, a.args[1], a.args[2], len, direction, 0);
   return 0;
 }
 

@@ -21,6 +21,13 @@
  *        or an empty send record (length 0) that carries it if a receive or the close comes
  *        first. Userspace hands such a hole on as the sendfile record it stands for, so
  *        consumers see every call's bytes.
+ *        Gathered sends (sock variant only): on a Kafka client connection, the sends of a
+ *        response after its first one (partition headers between sendfiles) are gathered into
+ *        one record (FC_SRC_GATHERED) that covers them and the sendfiles between them, up to
+ *        the call that ends the response: its segments are the headers' bytes, every other
+ *        byte of its range is a sendfile's or an uncaptured body's. It comes when the response
+ *        ends, or earlier if its buffer is full, a send cannot be gathered, a receive comes or
+ *        the connection closes.
  *   FC_EVENT_CONNECT / FC_EVENT_CLOSE  struct fc_conn_event (no payload).
  * Both start with struct fc_event_common; dispatch on common.kind. */
 #ifndef FETCHCOST_ABI_H
@@ -85,6 +92,7 @@ enum fc_source {
   FC_SRC_RECVMMSG = 12, /* length only (one event per message) */
   FC_SRC_SENDMMSG = 13, /* length only (one event per message) */
   FC_SRC_SPLICE = 14,   /* length only */
+  FC_SRC_GATHERED = 15, /* several sends of one Kafka response (see "Gathered sends" above) */
 };
 
 /* Connection roles: userspace decides (by port or per connection) and sets the caps. */
@@ -235,6 +243,7 @@ enum fc_counter {
   FC_COUNTER_TLS_EVENTS = 3,
   FC_COUNTER_CONN_EVENTS = 4,
   FC_COUNTER_FOLDED = 5, /* sendfiles folded into a later record (no record of their own) */
+  FC_COUNTER_GATHERED = 6, /* sends gathered into a later record (no record of their own) */
   FC_COUNTER_MAX = 8,
 };
 

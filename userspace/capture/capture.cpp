@@ -477,6 +477,7 @@ std::vector<Counters> Capture::per_cpu() const {
   read(FC_COUNTER_TLS_EVENTS, &Counters::tls_events);
   read(FC_COUNTER_CONN_EVENTS, &Counters::conn_events);
   read(FC_COUNTER_FOLDED, &Counters::folded);
+  read(FC_COUNTER_GATHERED, &Counters::gathered);
   return result;
 }
 
@@ -489,6 +490,7 @@ Counters Capture::totals() const {
     sum.tls_events += c.tls_events;
     sum.conn_events += c.conn_events;
     sum.folded += c.folded;
+    sum.gathered += c.gathered;
   }
   return sum;
 }

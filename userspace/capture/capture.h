@@ -67,6 +67,7 @@ struct Counters {
   std::uint64_t tls_events = 0;
   std::uint64_t conn_events = 0;
   std::uint64_t folded = 0;  // sendfiles reported by a later record (no record of their own)
+  std::uint64_t gathered = 0;  // sends gathered into a later record (no record of their own)
 };
 
 // One record as the BPF side wrote it. For DATA/TLS_DATA `data` is set, `payload` holds the

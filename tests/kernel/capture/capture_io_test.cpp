@@ -974,27 +974,51 @@ void run_fold(Variant variant) {
   }
   (void)last_recv;
   const auto calls = broker_calls();
-  REQUIRE(sends.size() == calls.size());
+  std::vector<std::string> bytes;
+  std::vector<std::size_t> captured;
   std::size_t pos = 0;
-  for (std::size_t i = 0; i < calls.size(); ++i) {
-    INFO("call " << i);
-    const Record& r = *sends[i];
-    CHECK(r.data.stream_pos == pos);
-    CHECK(r.data.length == calls[i].bytes.size());
-    CHECK(r.data.source == (calls[i].file ? FC_SRC_SENDFILE : FC_SRC_WRITEV));
-    CHECK(r.folded == kFoldedExpected[i]);
-    if (!calls[i].file) CHECK((r.payload == calls[i].bytes));
-    if (calls[i].file) CHECK(r.data.captured == 0);
-    pos += calls[i].bytes.size();
+  for (const auto& c : calls) {
+    bytes.push_back(c.bytes);
+    captured.push_back(c.file ? 0 : c.bytes.size());
+    pos += c.bytes.size();
+  }
+  std::vector<Record> in_delivery;
+  for (const Record* r : sends) in_delivery.push_back(*r);
+  check_stream(in_delivery, bytes, captured);
+  if (variant == Variant::kSyscallTracepoints) {  // a record per call
+    REQUIRE(sends.size() == calls.size());
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      INFO("call " << i);
+      const Record& r = *sends[i];
+      CHECK(r.data.length == calls[i].bytes.size());
+      CHECK(r.data.source == (calls[i].file ? FC_SRC_SENDFILE : FC_SRC_WRITEV));
+      CHECK(r.folded == kFoldedExpected[i]);
+    }
+    CHECK(col.capture->totals().gathered == 0);
+  } else {
+    // The sends after a response's first, and the sendfiles between them, are one record per
+    // response (responses 1 and 2); response 3 has no second write, its sendfiles are folded.
+    const fc_u8 sources[] = {FC_SRC_WRITEV,   FC_SRC_GATHERED, FC_SRC_WRITEV,  FC_SRC_GATHERED,
+                             FC_SRC_WRITEV,   FC_SRC_SENDFILE, FC_SRC_SENDFILE};
+    const std::size_t lengths[] = {24, 3000 + 30 + 5000 + 10, 20, 4000 + 20 + 2000, 8, 1000, 500};
+    REQUIRE(sends.size() == std::size(sources));
+    for (std::size_t i = 0; i < sends.size(); ++i) {
+      INFO("record " << i);
+      CHECK(sends[i]->data.source == sources[i]);
+      CHECK(sends[i]->data.length == lengths[i]);
+      CHECK(sends[i]->folded == (i >= 5));
+    }
+    CHECK(col.capture->totals().gathered == 3);
   }
   // The wrong guess's fold comes before the request that reported it, the last before the close.
-  const std::size_t wrong_fold = std::size_t(sends[10] - col.records.data());
-  const std::size_t last_fold = std::size_t(sends[11] - col.records.data());
+  const std::size_t wrong_fold = std::size_t(sends[sends.size() - 2] - col.records.data());
+  const std::size_t last_fold = std::size_t(sends.back() - col.records.data());
   CHECK(wrong_fold < second_recv_at);
   REQUIRE(close_at != 0);
   CHECK(last_fold < close_at);
   CHECK(col.records[close_at].conn.bytes[FC_DIR_SEND] == pos);
-  CHECK(col.capture->totals().folded == 5);
+  // The sendfile that ends response 2 is folded too when it closes a gathered record.
+  CHECK(col.capture->totals().folded == (variant == Variant::kSyscallTracepoints ? 5u : 6u));
 }
 
 }  // namespace
@@ -1058,11 +1082,99 @@ std::vector<Record> with_port_policy(Variant variant, int (*scenario)(Child&), b
 void run_records(Variant variant) {
   const auto sends = with_port_policy(variant, records_scenario, false,
                                       {4096, 4096, FC_ROLE_KAFKA_CLIENT, 16384, 256}, FC_DIR_SEND);
-  check_prefixes(sends, records_calls(),
-                 {std::begin(kRecordsCaptured), std::end(kRecordsCaptured)});
+  const std::vector<std::size_t> captured(std::begin(kRecordsCaptured), std::end(kRecordsCaptured));
+  if (variant == Variant::kSyscallTracepoints) {  // a record per call
+    check_prefixes(sends, records_calls(), captured);
+    return;
+  }
+  // Sock variant: the two sends that continue response 1 are gathered into one record.
+  const auto in_order = check_stream(sends, records_calls(), captured);
+  REQUIRE(in_order.size() == 3);
+  CHECK(in_order[0].data.source == FC_SRC_WRITE);
+  CHECK(in_order[1].data.source == FC_SRC_GATHERED);
+  CHECK(in_order[1].data.length == 20000 + 50);
+  CHECK(in_order[1].segments.size() == 2);
+  CHECK(in_order[2].data.source == FC_SRC_WRITE);
 }
 
 }  // namespace
+
+namespace {
+
+// A response of 30 partitions as a broker writes it: its header, then per partition the records
+// (a sendfile) and the next partition's header. Headers of 24 bytes, except one of 600 (too
+// large to gather) and two of 300 (they do not fit the gather's 512 bytes together).
+std::vector<SendCall> many_partitions() {
+  std::vector<std::pair<bool, std::size_t>> calls = {{false, 30}};
+  for (int i = 0; i < 30; ++i) {
+    calls.push_back({true, 1000});
+    calls.push_back({false, i == 20 ? 600u : (i == 21 || i == 22) ? 300u : 24u});
+  }
+  return response(calls, 110);
+}
+
+int many_partitions_scenario(Child& self) {
+  Loopback lb;
+  if (!open_loopback(AF_INET, lb)) return 10;
+  self.report(lb.listen_port);
+  self.wait_parent();  // the listener's port is a Kafka port now
+  const std::string request = pattern(30, 99);
+  std::string got(30, '\0');
+  if (write(lb.client, request.data(), 30) != 30 || !wait_inq(lb.server, 30) ||
+      read(lb.server, got.data(), 30) != 30)
+    return 11;
+  std::size_t total = 0;
+  for (const auto& c : many_partitions()) {
+    if (!send_call(lb.server, c)) return 12;
+    total += c.bytes.size();
+  }
+  std::string sink(total, '\0');
+  if (!wait_inq(lb.client, total) || read(lb.client, sink.data(), total) != ssize_t(total))
+    return 13;
+  self.report(lb.client_port);
+  self.wait_parent();
+  return 0;
+}
+
+void run_many_partitions(Variant variant) {
+  const auto sends = with_port_policy(variant, many_partitions_scenario, false,
+                                      {4096, 4096, FC_ROLE_KAFKA_CLIENT}, FC_DIR_SEND);
+  std::vector<std::string> bytes;
+  std::vector<std::size_t> captured;
+  for (const auto& c : many_partitions()) {
+    bytes.push_back(c.bytes);
+    captured.push_back(c.file ? 0 : c.bytes.size());
+  }
+  const auto in_order = check_stream(sends, bytes, captured);
+  if (variant == Variant::kSyscallTracepoints) {  // a record per call (sendfiles folded)
+    CHECK(in_order.size() == bytes.size());
+    return;
+  }
+  // Sock variant. The gather closes when it holds 16 headers (partitions 0-15; the sendfile of
+  // 16 was already in its range), before the 600-byte header (which gets a record of its own),
+  // when the second 300-byte header does not fit, and when the response ends.
+  const fc_u8 sources[] = {FC_SRC_WRITEV, FC_SRC_GATHERED, FC_SRC_GATHERED,
+                           FC_SRC_WRITEV, FC_SRC_GATHERED, FC_SRC_GATHERED};
+  const std::size_t lengths[] = {30, 17 * 1000 + 16 * 24, 4 * 24 + 4 * 1000, 600, 1000 + 300 + 1000,
+                                 300 + 7 * (1000 + 24)};
+  const std::size_t segments[] = {1, 16, 4, 1, 1, 8};
+  REQUIRE(in_order.size() == std::size(sources));
+  for (std::size_t i = 0; i < in_order.size(); ++i) {
+    INFO("record " << i);
+    CHECK(in_order[i].data.source == sources[i]);
+    CHECK(in_order[i].data.length == lengths[i]);
+    CHECK(in_order[i].segments.size() == segments[i]);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a response's later sends are gathered in records of at most 16 and 512 B, sock") {
+  run_many_partitions(Variant::kSockTracepoints);
+}
+TEST_CASE("a response's later sends are gathered in records of at most 16 and 512 B, syscall") {
+  run_many_partitions(Variant::kSyscallTracepoints);
+}
 
 TEST_CASE("a large send inside a Kafka response gives only the bulk prefix, sock tracepoints") {
   run_records(Variant::kSockTracepoints);

@@ -217,6 +217,47 @@ inline void check_prefixes(std::vector<Record> records, const std::vector<std::s
   }
 }
 
+// The same calls, whatever records they came in (gathered sends cover several calls): the
+// records, ordered by position, cover the stream from 0 without gaps, and capture exactly the
+// first `captured[i]` bytes of each call i, at their positions. Returns the records in order.
+inline std::vector<Record> check_stream(std::vector<Record> records,
+                                        const std::vector<std::string>& calls,
+                                        const std::vector<std::size_t>& captured) {
+  std::sort(records.begin(), records.end(),
+            [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
+  REQUIRE(captured.size() == calls.size());
+  std::string stream;
+  std::vector<bool> expected;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    stream += calls[i];
+    for (std::size_t k = 0; k < calls[i].size(); ++k) expected.push_back(k < captured[i]);
+  }
+  std::vector<bool> got(stream.size(), false);
+  std::size_t pos = 0;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    INFO("record " << i);
+    const Record& r = records[i];
+    CHECK(r.data.stream_pos == pos);
+    pos = r.data.stream_pos + r.data.length;
+    std::size_t off = 0;
+    for (const fc_segment& seg : r.segments) {
+      const std::size_t at = r.data.stream_pos + seg.offset;
+      REQUIRE(off + seg.length <= r.payload.size());
+      REQUIRE(at + seg.length <= stream.size());
+      CHECK((r.payload.substr(off, seg.length) == stream.substr(at, seg.length)));
+      for (std::size_t k = 0; k < seg.length; ++k) {
+        CHECK_FALSE(got[at + k]);  // no byte twice
+        got[at + k] = true;
+      }
+      off += seg.length;
+    }
+    CHECK(off == r.payload.size());
+  }
+  CHECK(pos == stream.size());
+  CHECK((got == expected));
+  return records;
+}
+
 inline fc_u64 conn_by_ports(const Collector& col, pid_t pid, std::uint16_t local,
                             std::uint16_t peer) {
   for (const auto& r : col.of(pid, FC_EVENT_CONNECT))
