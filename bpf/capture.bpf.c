@@ -464,13 +464,8 @@ static __always_inline void add_segment(struct event_buf* ev, __u32 offset, __u3
   if (n >= FC_MAX_SEGMENTS || want == 0) return;
   if (at + want > FC_MAX_CAPTURE) want = FC_MAX_CAPTURE - at;
   if (want == 0 || want > FC_MAX_CAPTURE) return;
-  __u64 off = at, len = want;
-  /* Bound both in asm so the compiler cannot drop what the verifier needs (a mask on the length
-   * would turn a full FC_MAX_CAPTURE into 0). The area is twice FC_MAX_CAPTURE. */
-  asm volatile("%[o] &= %[mask]; if %[n] <= %[max] goto +1; %[n] = %[max]"
-               : [o] "+r"(off), [n] "+r"(len)
-               : [mask] "i"(FC_CAPTURE_MASK), [max] "i"(FC_MAX_CAPTURE));
-  if (bpf_probe_read_user(ev->data + off, len, (const void*)src) != 0) {
+  if (bpf_probe_read_user(ev->data + (at & FC_CAPTURE_MASK), want & FC_CAPTURE_MASK,
+                          (const void*)src) != 0) {
     count(FC_COUNTER_COPY_FAULTS);
     ev->hdr.c.flags |= FC_FLAG_COPY_FAULT;
     return;
@@ -668,8 +663,7 @@ static __always_inline void flush_fold(struct conn_state* st, __u64 pid_tgid,
  * and the syscall-tracepoint variant also serves older kernels. */
 #define FC_HTTP_SCAN 2048 /* header bytes searched */
 struct http_scan {
-  __u32 from;       /* offset to search from (a multiple of 8) */
-  __u32 len;        /* search below this offset (captured, at most FC_HTTP_SCAN) */
+  __u32 len;        /* bytes to search (captured, at most FC_HTTP_SCAN) */
   __u32 header_end; /* offset after the blank line that ends the header; 0: not found yet */
   __u32 length_at;  /* offset of Content-Length's value; 0: not found yet */
   __u32 digits;     /* of the value, read so far */
@@ -691,7 +685,7 @@ static long http_scan_word(__u64 index, void* ctx) {
   struct http_scan* s = ctx;
   struct event_buf* ev = scratch_buf();
   if (!ev) return 1;
-  __u32 at = s->from + (__u32)index * 8;
+  __u32 at = (__u32)index * 8;
   if (at >= s->len) return 1;
   __u64 w = load8(ev->data, at);
   __u64 x = w ^ 0x0a0a0a0a0a0a0a0aULL; /* a zero byte where w has '\n' */
@@ -730,40 +724,16 @@ static long http_length_char(__u64 index, void* ctx) {
 }
 
 /* The first read of an object store's response: copied through the scratch buffer, whose
- * header gives the body's end (above). A read that brings a successful response's header with
- * much of its body (a whole 64 KiB chunk arrives in one or two reads when the broker reads
- * 64 KiB at a time) keeps the header and a bulk prefix of the body, not the call cap: the
- * first FC_HTTP_FIRST bytes are copied and searched, the rest of the cap only if the header
- * goes on. Error responses keep the cap (their body says what went wrong), and so do bodies
- * without Content-Length (chunked: the chunk sizes frame them). */
-#define FC_HTTP_FIRST 1024
+ * header gives the body's end (above). */
 static __always_inline void emit_http_start(struct conn_state* st, __u64 pid_tgid,
                                             struct task_struct* task, __u8 src, __u64 pos,
                                             __u32 ret, __u32 hole, __u32 want, __u64 buf) {
   struct event_buf* ev = scratch_buf();
   if (!ev) return;
   fill_data_hdr(&ev->hdr, st, pid_tgid, task, src, pos, ret, FC_DIR_RECV, hole);
-  __u32 first = min_u32(want, FC_HTTP_FIRST);
-  add_segment(ev, 0, first, buf);
-  struct http_scan scan = {.len = ev->hdr.captured};
+  add_segment(ev, 0, want, buf);
+  struct http_scan scan = {.len = min_u32(ev->hdr.captured, FC_HTTP_SCAN)};
   if (scan.len) bpf_loop(scan.len / 8 + 1, http_scan_word, &scan, 0);
-  if (!scan.header_end && want > first && ev->hdr.captured == first) {
-    add_segment(ev, first, want - first, buf + first);
-    scan.from = first - 8; /* the last word again: a line may start in it */
-    scan.len = min_u32(ev->hdr.captured, FC_HTTP_SCAN);
-    if (scan.len > scan.from) bpf_loop((scan.len - scan.from) / 8 + 1, http_scan_word, &scan, 0);
-  }
-  __u32 keep = scan.header_end + st->policy.bulk_bytes;
-  if (scan.header_end && scan.length_at && st->policy.bulk_from && keep < ev->hdr.captured &&
-      load8(ev->data, 0) == FC_LE8('H', 'T', 'T', 'P', '/', '1', '.', '1') &&
-      ev->data[9] == '2') { /* "HTTP/1.1 2xx" */
-    ev->hdr.captured = keep;
-    ev->hdr.segs[0].length = min_u32(keep, ev->hdr.segs[0].length);
-    if (keep <= ev->hdr.segs[0].length)
-      ev->hdr.nsegs = 1;
-    else
-      ev->hdr.segs[1].length = keep - ev->hdr.segs[0].length;
-  }
   if (scan.header_end && scan.length_at) {
     bpf_loop(24, http_length_char, &scan, 0);
     __u64 body_end = pos + scan.header_end + scan.length;
