@@ -96,16 +96,13 @@ struct conn_state {
   __u8 ignored;     /* not an IPv4/IPv6 stream socket */
   __u8 tls;         /* a TLS library works on this socket: raw bytes are ciphertext */
   __u8 bulk_run[2]; /* per direction: the last call was bulk (fc_policy) */
-  __u8 resp_state;  /* enum resp_state: Kafka client connections, of the send direction;
-                       object-store connections, of the receive direction */
+  __u8 resp_state;  /* Kafka client connections: enum resp_state of the send direction */
   __u8 gathering;   /* sends are being gathered into the socket's `gathers` record */
-  __u8 fold_dir;    /* the direction of the folded bytes (fold_len) */
-  __u8 pad;
-  /* Bytes folded and not reported yet: [pos[fold_dir] - fold_len, pos[fold_dir]) (sendfiles
-   * inside a Kafka response, reads inside an object store's response body). */
+  __u8 pad[2];
+  /* Sendfile bytes folded and not reported yet: [pos[SEND] - fold_len, pos[SEND]). */
   __u32 fold_len;
   __u32 pad2;
-  __u64 resp_end; /* RESP_IN: stream position (of that direction) where the response ends */
+  __u64 resp_end; /* RESP_IN: send-stream position where the current response ends */
 };
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -639,112 +636,14 @@ enum resp_state {
 };
 #define FC_MAX_RESPONSE (256U << 20) /* a larger size prefix is taken for a wrong guess */
 
-/* Reports the connection's folded bytes now: an empty record that carries them (hole_before),
- * at the current end of their direction's stream. */
+/* Reports the connection's folded sendfile bytes now: an empty send record that carries them
+ * (hole_before), at the send stream's current end. */
 static __always_inline void flush_fold(struct conn_state* st, __u64 pid_tgid,
                                        struct task_struct* task) {
   __u32 n = st->fold_len;
   if (!n) return;
   st->fold_len = 0;
-  __u8 d = st->fold_dir & 1;
-  emit_length_only(st, pid_tgid, task, d == FC_DIR_SEND ? FC_SRC_SENDFILE : FC_SRC_READ,
-                   st->pos[d], 0, d, n);
-}
-
-/* Response framing on object-store connections (receive direction, plaintext, sock variant):
- * the broker reads a GET's response in as many reads as the socket hands it over in (about
- * 13 KiB each here, 5 for a 64 KiB chunk), and only the first one, with the HTTP header, carries
- * anything fetchcost reads. Its header is searched for Content-Length and the blank line that
- * ends it: with both, the body's end is known, and the reads before it are folded like Kafka's
- * sendfiles: reported as hole_before of the read that ends the body, which comes when the
- * response is complete, so the GET's timing is kept. Without them (a chunked body, a header
- * longer than the first read or the search), nothing is folded. A request (a send) or the
- * close reports a pending fold first. Sock variant only: the search uses bpf_loop (Linux 5.17),
- * and the syscall-tracepoint variant also serves older kernels. */
-#define FC_HTTP_SCAN 2048 /* header bytes searched */
-struct http_scan {
-  __u32 len;        /* bytes to search (captured, at most FC_HTTP_SCAN) */
-  __u32 header_end; /* offset after the blank line that ends the header; 0: not found yet */
-  __u32 length_at;  /* offset of Content-Length's value; 0: not found yet */
-  __u32 digits;     /* of the value, read so far */
-  __u64 length;     /* the value */
-};
-
-#define FC_LE8(a, b, c, d, e, f, g, h)                                                        \
-  ((__u64)(a) | (__u64)(b) << 8 | (__u64)(c) << 16 | (__u64)(d) << 24 | (__u64)(e) << 32 | \
-   (__u64)(f) << 40 | (__u64)(g) << 48 | (__u64)(h) << 56)
-#define FC_LOWER8 0x2020202020202020ULL /* ASCII letters to lower case (header names) */
-
-static __always_inline __u64 load8(const __u8* data, __u32 at) {
-  return *(const __u64*)(data + (at & FC_CAPTURE_MASK));
-}
-
-/* One 8-byte word of the scratch record's payload: each line that starts in it (after a '\n')
- * is the blank line or may be Content-Length. Returns 1 to stop the search. */
-static long http_scan_word(__u64 index, void* ctx) {
-  struct http_scan* s = ctx;
-  struct event_buf* ev = scratch_buf();
-  if (!ev) return 1;
-  __u32 at = (__u32)index * 8;
-  if (at >= s->len) return 1;
-  __u64 w = load8(ev->data, at);
-  __u64 x = w ^ 0x0a0a0a0a0a0a0a0aULL; /* a zero byte where w has '\n' */
-  if (!((x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL)) return 0;
-#pragma unroll
-  for (int b = 0; b < 8; b++) {
-    if (((w >> (8 * b)) & 0xff) != '\n') continue;
-    __u32 line = at + b + 1;
-    if (line + 2 > s->len) return 1;
-    if (ev->data[line & FC_CAPTURE_MASK] == '\r') {
-      s->header_end = line + 2;
-      return 1;
-    }
-    if (!s->length_at && line + 16 <= s->len &&
-        (load8(ev->data, line) | FC_LOWER8) == FC_LE8('c', 'o', 'n', 't', 'e', 'n', 't', '-') &&
-        ((load8(ev->data, line + 8) | FC_LOWER8) & 0x00ffffffffffffffULL) ==
-            FC_LE8('l', 'e', 'n', 'g', 't', 'h', ':', 0))
-      s->length_at = line + 15;
-  }
-  return 0;
-}
-
-/* One character of Content-Length's value (leading blanks skipped). Returns 1 to stop. */
-static long http_length_char(__u64 index, void* ctx) {
-  struct http_scan* s = ctx;
-  struct event_buf* ev = scratch_buf();
-  if (!ev) return 1;
-  __u32 at = s->length_at + (__u32)index;
-  if (at >= s->header_end) return 1;
-  __u8 c = ev->data[at & FC_CAPTURE_MASK];
-  if ((c == ' ' || c == '\t') && !s->digits) return 0;
-  if (c < '0' || c > '9') return 1;
-  s->length = s->length * 10 + (c - '0');
-  s->digits++;
-  return 0;
-}
-
-/* The first read of an object store's response: copied through the scratch buffer, whose
- * header gives the body's end (above). */
-static __always_inline void emit_http_start(struct conn_state* st, __u64 pid_tgid,
-                                            struct task_struct* task, __u8 src, __u64 pos,
-                                            __u32 ret, __u32 hole, __u32 want, __u64 buf) {
-  struct event_buf* ev = scratch_buf();
-  if (!ev) return;
-  fill_data_hdr(&ev->hdr, st, pid_tgid, task, src, pos, ret, FC_DIR_RECV, hole);
-  add_segment(ev, 0, want, buf);
-  struct http_scan scan = {.len = min_u32(ev->hdr.captured, FC_HTTP_SCAN)};
-  if (scan.len) bpf_loop(scan.len / 8 + 1, http_scan_word, &scan, 0);
-  if (scan.header_end && scan.length_at) {
-    bpf_loop(24, http_length_char, &scan, 0);
-    __u64 body_end = pos + scan.header_end + scan.length;
-    if (scan.digits > 0 && scan.digits <= 15 && body_end > pos + ret) {
-      st->resp_end = body_end;
-      st->resp_state = RESP_IN;
-    }
-  }
-  __u64 size = sizeof(struct fc_data_event) + (ev->hdr.captured & FC_CAPTURE_MASK);
-  if (size > sizeof(*ev)) return;
-  submit(ev, size);
+  emit_length_only(st, pid_tgid, task, FC_SRC_SENDFILE, st->pos[FC_DIR_SEND], 0, FC_DIR_SEND, n);
 }
 
 /* Hands on the gathered record, which covers send-stream bytes [its stream_pos, end). */
@@ -897,7 +796,6 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   int starts = 0; /* this send starts a Kafka response */
   int gather = 0; /* this send continues a response: gather it (sock variant) */
   int ends = 0;   /* ... and ends it */
-  int http_start = 0; /* this read starts an object store's response (sock variant) */
   if (st->policy.role == FC_ROLE_KAFKA_CLIENT && !st->tls) {
     if (direction == FC_DIR_RECV) {
       flush_fold(st, pid_tgid, task);
@@ -912,7 +810,6 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
         }
         if (src == FC_SRC_SENDFILE && ret <= 0xffffffffU - st->fold_len) {
           st->fold_len += ret;
-          st->fold_dir = FC_DIR_SEND;
           count(FC_COUNTER_FOLDED);
           return;
         }
@@ -935,24 +832,6 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
       hole = st->fold_len;
       st->fold_len = 0;
     }
-  } else if (st->policy.role == FC_ROLE_OBJECT_STORE && !st->tls && sk) {
-    if (direction == FC_DIR_SEND) { /* a request: its response comes next */
-      flush_fold(st, pid_tgid, task);
-      st->resp_state = RESP_NEXT;
-    } else if (st->resp_state == RESP_IN) {
-      if (pos + ret < st->resp_end && ret <= 0xffffffffU - st->fold_len) {
-        st->fold_len += ret;
-        st->fold_dir = FC_DIR_RECV;
-        count(FC_COUNTER_FOLDED);
-        return;
-      }
-      st->resp_state = RESP_UNKNOWN; /* the body ends here (or the framing was wrong) */
-      hole = st->fold_len;
-      st->fold_len = 0;
-    } else if (st->resp_state == RESP_NEXT) {
-      http_start = 1;
-      st->resp_state = RESP_UNKNOWN; /* until the header says where the body ends */
-    }
   } else if (st->fold_len || st->gathering) { /* its role or TLS changed with one pending */
     flush_fold(st, pid_tgid, task);
     flush_gather(st, sk, direction == FC_DIR_SEND ? pos : st->pos[FC_DIR_SEND], pid_tgid, task);
@@ -974,10 +853,6 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   if (one_range) {
     __u32 want = min_u32(ret, call_cap);
     if (gather && try_gather(st, sk, pos, ret, hole, want, buf, ends, pid_tgid, task)) return;
-    if (http_start) {
-      emit_http_start(st, pid_tgid, task, src, pos, ret, hole, want, buf);
-      return;
-    }
     emit_direct(st, pid_tgid, task, src, pos, ret, direction, hole, want, buf, &head);
     if (starts && head) start_response(st, pos, ret, head);
     return;
@@ -1006,10 +881,6 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
       __u32 want = min_u32(min_u32(seg, cap), min_u32(call_cap, FC_MAX_CAPTURE));
       if (gather && try_gather(st, sk, pos, ret, hole, want, iov.iov_base, ends, pid_tgid, task))
         return;
-      if (http_start && want) {
-        emit_http_start(st, pid_tgid, task, src, pos, ret, hole, want, iov.iov_base);
-        return;
-      }
       if (want == 0)
         emit_length_only(st, pid_tgid, task, src, pos, ret, direction, hole);
       else

@@ -165,7 +165,7 @@ struct Capture::Impl {
         ++self->suppressed;
         return 0;
       }
-      if (d->hole_before != 0 && d->hole_before <= d->stream_pos)
+      if (d->hole_before != 0 && d->direction == FC_DIR_SEND && d->hole_before <= d->stream_pos)
         self->deliver_folded(*d);
       if (d->length == 0) return 0;  // only carried folded sendfiles (a receive or close came)
       std::size_t payload = std::min<std::size_t>(d->captured, payload_room);
@@ -184,9 +184,9 @@ struct Capture::Impl {
     return 0;
   }
 
-  // Calls the BPF side folded into this record (bpf/capture.bpf.c, response framing: sendfiles
-  // inside a Kafka response, reads inside an object store's response body) are handed on first
-  // as the one length-only record they add up to, so consumers see every byte of the stream.
+  // Sendfiles the BPF side folded into this record (bpf/capture.bpf.c, response framing) are
+  // handed on first as the one length-only sendfile record they add up to, so consumers see
+  // the stream exactly as if each had a record.
   void deliver_folded(const fc_data_event& d) {
     folded_event = fc_data_event{};
     folded_event.c = d.c;
@@ -194,7 +194,7 @@ struct Capture::Impl {
     folded_event.stream_pos = d.stream_pos - d.hole_before;
     folded_event.length = d.hole_before;
     folded_event.direction = d.direction;
-    folded_event.source = d.direction == FC_DIR_SEND ? FC_SRC_SENDFILE : FC_SRC_READ;
+    folded_event.source = FC_SRC_SENDFILE;
     EventView view{folded_event.c};
     view.data = &folded_event;
     view.folded = true;
