@@ -121,7 +121,7 @@ struct {
  * the socket. */
 #define FC_GATHER_BYTES 512
 struct gather_buf {
-  struct fc_data_event hdr; /* stream_pos: first byte covered; captured, nsegs, segs so far */
+  struct fc_data_event hdr;       /* stream_pos: first byte covered; captured, nsegs, segs so far */
   __u8 data[2 * FC_GATHER_BYTES]; /* twice: a masked offset plus a clamped length always fit */
 };
 struct {
@@ -461,8 +461,14 @@ static __always_inline void add_segment(struct event_buf* ev, __u32 offset, __u3
   if (n >= FC_MAX_SEGMENTS || want == 0) return;
   if (at + want > FC_MAX_CAPTURE) want = FC_MAX_CAPTURE - at;
   if (want == 0 || want > FC_MAX_CAPTURE) return;
-  if (bpf_probe_read_user(ev->data + (at & FC_CAPTURE_MASK), want & FC_CAPTURE_MASK,
-                          (const void*)src) != 0) {
+  __u64 off = at, len = want;
+  /* Bound both in asm so the compiler cannot drop what the verifier needs. The length is
+   * clamped, not masked: a mask turned a full FC_MAX_CAPTURE into 0, a segment of stale bytes.
+   * The area is twice FC_MAX_CAPTURE. */
+  asm volatile("%[o] &= %[mask]; if %[n] <= %[max] goto +1; %[n] = %[max]"
+               : [o] "+r"(off), [n] "+r"(len)
+               : [mask] "i"(FC_CAPTURE_MASK), [max] "i"(FC_MAX_CAPTURE));
+  if (bpf_probe_read_user(ev->data + off, len, (const void*)src) != 0) {
     count(FC_COUNTER_COPY_FAULTS);
     ev->hdr.c.flags |= FC_FLAG_COPY_FAULT;
     return;
@@ -693,7 +699,9 @@ static __always_inline int gather_add(struct conn_state* st, struct gather_buf* 
   count(FC_COUNTER_GATHERED);
   __u64 len = want;
   /* Clamp in asm so the compiler cannot drop the bound the verifier needs. */
-  asm volatile("if %[n] <= %[max] goto +1; %[n] = %[max]" : [n] "+r"(len) : [max] "i"(FC_GATHER_BYTES));
+  asm volatile("if %[n] <= %[max] goto +1; %[n] = %[max]"
+               : [n] "+r"(len)
+               : [max] "i"(FC_GATHER_BYTES));
   if (len == 0) return 1; /* nothing captured: its bytes are a hole of the record */
   if (bpf_probe_read_user(g->data + (at & (FC_GATHER_BYTES - 1)), len, (const void*)buf) != 0) {
     count(FC_COUNTER_COPY_FAULTS);
@@ -710,9 +718,9 @@ static __always_inline int gather_add(struct conn_state* st, struct gather_buf* 
 /* Gathers a send of `ret` bytes whose first `want` are captured, and hands the record on if the
  * send ends the response. Returns 0 if it cannot be gathered (too large, or no storage): the
  * caller then gives it a record of its own, after the gathered one. */
-static __always_inline int try_gather(struct conn_state* st, struct sock* sk, __u64 pos,
-                                      __u32 ret, __u32 hole, __u32 want, __u64 buf, int ends,
-                                      __u64 pid_tgid, struct task_struct* task) {
+static __always_inline int try_gather(struct conn_state* st, struct sock* sk, __u64 pos, __u32 ret,
+                                      __u32 hole, __u32 want, __u64 buf, int ends, __u64 pid_tgid,
+                                      struct task_struct* task) {
   if (!sk) return 0;
   if (want > FC_GATHER_BYTES) {
     flush_gather(st, sk, pos, pid_tgid, task);
@@ -902,7 +910,7 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   }
   if (starts && ev->hdr.nsegs > 0 && ev->hdr.segs[0].offset == 0 && ev->hdr.segs[0].length >= 4)
     start_response(st, pos, ret, *(__u32*)ev->data);
-  __u64 size = sizeof(struct fc_data_event) + (ev->hdr.captured & FC_CAPTURE_MASK);
+  __u64 size = sizeof(struct fc_data_event) + (__u64)ev->hdr.captured; /* up to FC_MAX_CAPTURE */
   if (size > sizeof(*ev)) return;
   submit(ev, size);
 }
@@ -1274,7 +1282,7 @@ int BPF_KRETPROBE(tls_exit, long rc) {
   }
   if (pol.role != FC_ROLE_IGNORE) add_segment(ev, 0, min_u32((__u32)n, cap), call.buf);
   count(FC_COUNTER_TLS_EVENTS);
-  __u64 size = sizeof(struct fc_data_event) + (ev->hdr.captured & FC_CAPTURE_MASK);
+  __u64 size = sizeof(struct fc_data_event) + (__u64)ev->hdr.captured; /* up to FC_MAX_CAPTURE */
   if (size > sizeof(*ev)) return 0;
   submit(ev, size);
   return 0;

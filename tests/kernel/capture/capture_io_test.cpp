@@ -771,15 +771,16 @@ namespace {
 // is a buffer: its size says nothing, and the call cap applies as before.
 const std::size_t kBodyIovecs[] = {100, 20000, 50, 20000, 30};
 
-int vectored_body_scenario(Child& self) {
+// One writev of iovecs of `sizes` (pattern seeds 31, 32, ...), read with one readv.
+int writev_scenario(Child& self, const std::vector<std::size_t>& sizes) {
   Loopback lb;
   if (!open_loopback(AF_INET, lb)) return 10;
   std::vector<std::string> parts;
   std::vector<iovec> iov;
   std::size_t total = 0;
-  for (std::size_t i = 0; i < std::size(kBodyIovecs); ++i) {
-    parts.push_back(pattern(kBodyIovecs[i], 31 + static_cast<unsigned>(i)));
-    total += kBodyIovecs[i];
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    parts.push_back(pattern(sizes[i], 31 + static_cast<unsigned>(i)));
+    total += sizes[i];
   }
   for (auto& p : parts) iov.push_back({p.data(), p.size()});
   if (writev(lb.client, iov.data(), static_cast<int>(iov.size())) != static_cast<ssize_t>(total))
@@ -791,6 +792,29 @@ int vectored_body_scenario(Child& self) {
   self.report(lb.client_port);
   self.wait_parent();
   return 0;
+}
+
+int vectored_body_scenario(Child& self) {
+  return writev_scenario(self, {std::begin(kBodyIovecs), std::end(kBodyIovecs)});
+}
+
+// An iovec that alone fills the largest capture (16 KiB, no bulk rule): its segment holds its
+// bytes.
+int full_iovec_scenario(Child& self) {
+  return writev_scenario(self, {20000, 100});
+}
+
+void run_full_iovec(Variant variant) {
+  const auto run = run_target(variant, {FC_MAX_CAPTURE, FC_MAX_CAPTURE, FC_ROLE_OTHER, 0, 0},
+                              full_iovec_scenario);
+  const auto sends = side_calls(run, false, FC_DIR_SEND);
+  REQUIRE(sends.size() == 1);
+  const Record& w = sends[0];
+  CHECK(w.data.length == 20100);
+  REQUIRE(w.segments.size() == 1);
+  CHECK(w.segments[0].offset == 0);
+  CHECK(w.segments[0].length == FC_MAX_CAPTURE);
+  CHECK(w.payload == pattern(20000, 31).substr(0, FC_MAX_CAPTURE));
 }
 
 void run_vectored_body(Variant variant) {
@@ -837,6 +861,12 @@ TEST_CASE("a large iovec of a vectored send gives only the bulk prefix, sock tra
 }
 TEST_CASE("a large iovec of a vectored send gives only the bulk prefix, syscall tracepoints") {
   run_vectored_body(Variant::kSyscallTracepoints);
+}
+TEST_CASE("an iovec that fills the whole 16 KiB capture is copied, sock tracepoints") {
+  run_full_iovec(Variant::kSockTracepoints);
+}
+TEST_CASE("an iovec that fills the whole 16 KiB capture is copied, syscall tracepoints") {
+  run_full_iovec(Variant::kSyscallTracepoints);
 }
 
 namespace {
@@ -998,8 +1028,8 @@ void run_fold(Variant variant) {
   } else {
     // The sends after a response's first, and the sendfiles between them, are one record per
     // response (responses 1 and 2); response 3 has no second write, its sendfiles are folded.
-    const fc_u8 sources[] = {FC_SRC_WRITEV,   FC_SRC_GATHERED, FC_SRC_WRITEV,  FC_SRC_GATHERED,
-                             FC_SRC_WRITEV,   FC_SRC_SENDFILE, FC_SRC_SENDFILE};
+    const fc_u8 sources[] = {FC_SRC_WRITEV, FC_SRC_GATHERED, FC_SRC_WRITEV,  FC_SRC_GATHERED,
+                             FC_SRC_WRITEV, FC_SRC_SENDFILE, FC_SRC_SENDFILE};
     const std::size_t lengths[] = {24, 3000 + 30 + 5000 + 10, 20, 4000 + 20 + 2000, 8, 1000, 500};
     REQUIRE(sends.size() == std::size(sources));
     for (std::size_t i = 0; i < sends.size(); ++i) {
@@ -1155,8 +1185,8 @@ void run_many_partitions(Variant variant) {
   // when the second 300-byte header does not fit, and when the response ends.
   const fc_u8 sources[] = {FC_SRC_WRITEV, FC_SRC_GATHERED, FC_SRC_GATHERED,
                            FC_SRC_WRITEV, FC_SRC_GATHERED, FC_SRC_GATHERED};
-  const std::size_t lengths[] = {30, 17 * 1000 + 16 * 24, 4 * 24 + 4 * 1000, 600, 1000 + 300 + 1000,
-                                 300 + 7 * (1000 + 24)};
+  const std::size_t lengths[] = {30,  17 * 1000 + 16 * 24, 4 * 24 + 4 * 1000,
+                                 600, 1000 + 300 + 1000,   300 + 7 * (1000 + 24)};
   const std::size_t segments[] = {1, 16, 4, 1, 1, 8};
   REQUIRE(in_order.size() == std::size(sources));
   for (std::size_t i = 0; i < in_order.size(); ++i) {
