@@ -896,6 +896,35 @@ bool send_call(int fd, const SendCall& c) {
   return ok;
 }
 
+// A Kafka connection on loopback: the listener's port is reported and given a policy, the
+// client sends one request, the broker side answers with `calls` (memory with write(2) when
+// `plain_write`, else writev(2); files with sendfile) and the client reads them all.
+int answer_one_request(Child& self, const std::vector<SendCall>& calls, bool plain_write) {
+  Loopback lb;
+  if (!open_loopback(AF_INET, lb)) return 10;
+  self.report(lb.listen_port);
+  self.wait_parent();  // the listener's port is a Kafka port now
+  const std::string request = pattern(30, 99);
+  std::string got(30, '\0');
+  if (write(lb.client, request.data(), 30) != 30 || !wait_inq(lb.server, 30) ||
+      read(lb.server, got.data(), 30) != 30)
+    return 11;
+  std::size_t total = 0;
+  for (const auto& c : calls) {
+    const bool sent = plain_write && !c.file ? write(lb.server, c.bytes.data(), c.bytes.size()) ==
+                                                   static_cast<ssize_t>(c.bytes.size())
+                                             : send_call(lb.server, c);
+    if (!sent) return 12;
+    total += c.bytes.size();
+  }
+  std::string sink(total, '\0');
+  if (!wait_inq(lb.client, total) || read(lb.client, sink.data(), total) != ssize_t(total))
+    return 13;
+  self.report(lb.client_port);
+  self.wait_parent();
+  return 0;
+}
+
 std::string be32(std::uint32_t v) {
   v = htonl(v);
   return std::string(reinterpret_cast<const char*>(&v), 4);
@@ -1078,26 +1107,9 @@ std::vector<std::string> records_calls() {
 }
 
 int records_scenario(Child& self) {
-  Loopback lb;
-  if (!open_loopback(AF_INET, lb)) return 10;
-  self.report(lb.listen_port);
-  self.wait_parent();  // the listener's port is a Kafka port now
-  const std::string request = pattern(30, 99);
-  std::string got(30, '\0');
-  if (write(lb.client, request.data(), 30) != 30 || !wait_inq(lb.server, 30) ||
-      read(lb.server, got.data(), 30) != 30)
-    return 11;
-  std::size_t total = 0;
-  for (const auto& c : records_calls()) {
-    if (write(lb.server, c.data(), c.size()) != static_cast<ssize_t>(c.size())) return 12;
-    total += c.size();
-  }
-  std::string sink(total, '\0');
-  if (!wait_inq(lb.client, total) || read(lb.client, sink.data(), total) != ssize_t(total))
-    return 13;
-  self.report(lb.client_port);
-  self.wait_parent();
-  return 0;
+  std::vector<SendCall> calls;
+  for (auto& c : records_calls()) calls.push_back({false, c});
+  return answer_one_request(self, calls, true);
 }
 
 // The records of one direction of a loopback connection made by `scenario`, which reports its
@@ -1144,26 +1156,7 @@ std::vector<SendCall> many_partitions() {
 }
 
 int many_partitions_scenario(Child& self) {
-  Loopback lb;
-  if (!open_loopback(AF_INET, lb)) return 10;
-  self.report(lb.listen_port);
-  self.wait_parent();  // the listener's port is a Kafka port now
-  const std::string request = pattern(30, 99);
-  std::string got(30, '\0');
-  if (write(lb.client, request.data(), 30) != 30 || !wait_inq(lb.server, 30) ||
-      read(lb.server, got.data(), 30) != 30)
-    return 11;
-  std::size_t total = 0;
-  for (const auto& c : many_partitions()) {
-    if (!send_call(lb.server, c)) return 12;
-    total += c.bytes.size();
-  }
-  std::string sink(total, '\0');
-  if (!wait_inq(lb.client, total) || read(lb.client, sink.data(), total) != ssize_t(total))
-    return 13;
-  self.report(lb.client_port);
-  self.wait_parent();
-  return 0;
+  return answer_one_request(self, many_partitions(), false);
 }
 
 void run_many_partitions(Variant variant) {
