@@ -227,25 +227,24 @@ int main(int argc, char** argv) {
     }
     capture = std::move(*opened);
     watched.clear();
-    // The broker's listeners: their connections are Kafka client connections to the BPF side
-    // too, which then folds the sendfiles inside a response into fewer records
-    // (bpf/capture.bpf.c, response framing). Same capture sizes as every other connection.
-    for (std::uint16_t port : config.kafka_ports) {
-      fc::capture::Policy kafka = options.default_policy;
-      kafka.role = FC_ROLE_KAFKA_CLIENT;
-      if (auto r = capture->set_port_policy(port, false, kafka); !r)
-        std::fprintf(stderr, "fetchcostd: warning: Kafka port %u: %s\n", port,
-                     r.error().message.c_str());
-    }
+    // Ports whose connections have a role for the BPF side, with the same capture sizes as
+    // every other connection: `peer_side` names the far end's port.
+    auto set_role = [&](const auto& ports, bool peer_side, fc_role role, const char* what) {
+      for (std::uint16_t port : ports) {
+        fc::capture::Policy policy = options.default_policy;
+        policy.role = role;
+        if (auto r = capture->set_port_policy(port, peer_side, policy); !r)
+          std::fprintf(stderr, "fetchcostd: warning: %s port %u: %s\n", what, port,
+                       r.error().message.c_str());
+      }
+    };
+    // The broker's listeners: Kafka client connections, whose responses the BPF side frames
+    // (sendfiles inside a response folded, the sends after its first gathered into one record;
+    // bpf/capture.bpf.c, response framing).
+    set_role(config.kafka_ports, false, FC_ROLE_KAFKA_CLIENT, "Kafka");
     // Connections to the object store's ports: after a response's first read, the reads
     // until the next request are object body, of which only a prefix is copied.
-    for (std::uint16_t port : config.object_store_ports) {
-      fc::capture::Policy store = options.default_policy;
-      store.role = FC_ROLE_OBJECT_STORE;
-      if (auto r = capture->set_port_policy(port, true, store); !r)
-        std::fprintf(stderr, "fetchcostd: warning: object-store port %u: %s\n", port,
-                     r.error().message.c_str());
-    }
+    set_role(config.object_store_ports, true, FC_ROLE_OBJECT_STORE, "object-store");
     std::fprintf(stderr, "fetchcostd: BPF programs (%s) attached on %d CPUs\n",
                  fc::capture::variant_name(capture->variant()), capture->cpu_count());
     return true;

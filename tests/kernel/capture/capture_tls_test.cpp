@@ -72,18 +72,25 @@ bool openssl_handshake(const Pair& p, const CertDir& certs, SSL** server, SSL** 
   return connected == 1 && accepted == 1;
 }
 
+// An OpenSSL pair over loopback, handshake done, its ports reported (client, then listener);
+// returns once the parent has hooked the target. 0, or the scenario's exit code for the failure.
+int openssl_pair_reported(Child& self, const CertDir& certs, Pair& p, SSL** server, SSL** client) {
+  if (!open_pair(p)) return 10;
+  if (!openssl_handshake(p, certs, server, client)) return 12;
+  self.report(p.client_port);
+  self.report(p.listen_port);
+  self.wait_parent();
+  return 0;
+}
+
 const std::string kRequest1 = pattern(1000, 101);
 const std::string kRequest2 = pattern(5000, 102);
 const std::string kResponse = pattern(7000, 103);
 
 int openssl_scenario(Child& self, const CertDir& certs) {
   Pair p;
-  if (!open_pair(p)) return 10;
   SSL *s = nullptr, *c = nullptr;
-  if (!openssl_handshake(p, certs, &s, &c)) return 12;
-  self.report(p.client_port);
-  self.report(p.listen_port);
-  self.wait_parent();
+  if (int rc = openssl_pair_reported(self, certs, p, &s, &c)) return rc;
   // client -> server: SSL_write then SSL_write_ex; server reads with SSL_read.
   if (SSL_write(c, kRequest1.data(), static_cast<int>(kRequest1.size())) !=
       static_cast<int>(kRequest1.size()))
@@ -363,12 +370,9 @@ constexpr unsigned kStoreSeed = 140;
 
 int tls_store_scenario(Child& self, const CertDir& certs) {
   Pair p;
-  if (!open_pair(p)) return 10;
   SSL *s = nullptr, *c = nullptr;
-  if (!openssl_handshake(p, certs, &s, &c)) return 12;
-  self.report(p.client_port);
-  self.report(p.listen_port);
-  self.wait_parent();  // hooked, and the listener's port is an object-store port
+  // Once hooked, the listener's port is an object-store port.
+  if (int rc = openssl_pair_reported(self, certs, p, &s, &c)) return rc;
   char buf[16384];
   const auto chunks = store_chunks(kStoreSeed);
   for (std::size_t i = 0; i < chunks.size(); ++i) {
