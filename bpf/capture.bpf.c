@@ -615,7 +615,11 @@ static __always_inline void emit_direct(const struct conn_state* st, __u64 pid_t
     count(FC_COUNTER_DROPS);
     return;
   }
-  if (want <= 512)
+  if (want <= 128)
+    FC_DIRECT_CLASS(128);
+  else if (want <= 256)
+    FC_DIRECT_CLASS(256);
+  else if (want <= 512)
     FC_DIRECT_CLASS(512);
   else if (want <= 4096)
     FC_DIRECT_CLASS(4096);

@@ -59,6 +59,12 @@ const std::vector<Step> kForward = {
     {Sys::Sendfile, {3000}, Sys::Read, {3000}},
     {Sys::Writev, {100, 100, 100, 100, 100, 100, 100, 100, 100, 100}, Sys::Readv, {1000}},
     {Sys::Sendmmsg, {200, 300}, Sys::Recvmmsg, {500}},
+    // The edges of the one-range record sizes (128, 256 and 512 bytes of payload).
+    {Sys::Write, {128}, Sys::Read, {128}},
+    {Sys::Sendto, {129}, Sys::Recvfrom, {129}},
+    {Sys::Write, {256}, Sys::Read, {256}},
+    {Sys::Write, {257}, Sys::Read, {257}},
+    {Sys::Write, {512}, Sys::Read, {512}},
 };
 const std::vector<Step> kBackward = {
     {Sys::Write, {1500}, Sys::Readv, {500, 500, 500}},
