@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kafka/kafka.h"
 #include "objstore/objstore.h"
@@ -92,6 +93,9 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     std::unique_ptr<objstore::TlsCycleEstimator> tls;
   };
   std::unordered_map<std::uint64_t, Conn> conns;
+  // The connections with a cycle recognizer or TLS estimator, which tick() flushes when idle
+  // (walking every connection for them took milliseconds with thousands open).
+  std::unordered_set<std::uint64_t> flushed_when_idle;
   ObjectStoreEndpoints endpoints;
   // Per thread, the HTTP object-store connection it last wrote a request on, and the one before:
   // a blocking client that moves to another connection has given up on its request on the old
@@ -359,6 +363,7 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
           attributor.on_opaque_cycle(oc);
         };
         conn.cycles = std::make_unique<opaque::CycleRecognizer>(id, std::move(callbacks));
+        flushed_when_idle.insert(id);
         break;
       }
       case Role::kObjectStoreHttp: {
@@ -375,6 +380,7 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
         conn.tls = std::make_unique<objstore::TlsCycleEstimator>(
             id, objstore::TlsEstimateOptions{},
             [this](const objstore::ObjectGet& g) { on_get(g); });
+        flushed_when_idle.insert(id);
         break;
       default:
         break;
@@ -519,6 +525,7 @@ void Pipeline::close(std::uint64_t connection, std::uint64_t time_ns) {
     conn.http->close(time_ns);
   }
   if (conn.tls) conn.tls->close();
+  if (conn.tls || conn.cycles) impl_->flushed_when_idle.erase(connection);
   impl_->conns.erase(it);
 }
 
@@ -527,7 +534,10 @@ void Pipeline::tick(std::uint64_t now_ns) {
   impl_->decoder.close_gaps(now_ns);
   impl_->decoder.expire(now_ns);
   // Cycles that went quiet first, so that expire() can settle them with the fetches they belong to.
-  for (auto& [id, conn] : impl_->conns) {
+  for (std::uint64_t id : impl_->flushed_when_idle) {
+    auto it = impl_->conns.find(id);
+    if (it == impl_->conns.end()) continue;
+    Impl::Conn& conn = it->second;
     if (conn.tls) conn.tls->flush_if_idle(now_ns, 50'000'000);
     if (conn.cycles) conn.cycles->flush_if_idle(now_ns, 50'000'000);
   }

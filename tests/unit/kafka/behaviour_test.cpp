@@ -157,3 +157,40 @@ TEST_CASE("connections and in-flight requests stay bounded") {
   CHECK(sink.exchanges.size() == 100);
   CHECK(decoder.connection_count() == 0);
 }
+
+TEST_CASE(
+    "a gap closes at the first sweep after bytes beyond it, on each connection that got them") {
+  json c = conversation("kafka_python.json", "fetch_pipelined");  // 3 requests, then 3 responses
+  auto frames = frames_of(c);
+  Collector sink;
+  Decoder decoder(sink);
+  decoder.open(1, 0);
+  decoder.open(2, 0);
+  // Delivers request/response `i` of connection `conn` with the frames before them missing,
+  // `extra` more bytes further on.
+  auto after_gap = [&](std::uint64_t conn, int i, std::uint64_t t, std::uint64_t extra = 0) {
+    std::uint64_t req_pos = extra, resp_pos = extra;
+    for (int k = 0; k < i; ++k) {
+      req_pos += frames[k].bytes.size();
+      resp_pos += frames[3 + k].bytes.size();
+    }
+    const auto& req = frames[i].bytes;
+    const auto& resp = frames[3 + i].bytes;
+    decoder.data(conn, Direction::kRequest, t, req_pos, req.size(), req);
+    decoder.data(conn, Direction::kResponse, t, resp_pos, resp.size(), resp);
+  };
+  after_gap(1, 1, 10);
+  CHECK(sink.exchanges.empty());  // the bytes wait for the gap before them
+  decoder.close_gaps(20);
+  REQUIRE(sink.exchanges.size() == 1);
+  decoder.close_gaps(30);  // nothing new came
+  CHECK(sink.exchanges.size() == 1);
+  after_gap(2, 2, 40);      // connection 2's first bytes
+  after_gap(1, 2, 40, 50);  // connection 1 again, after another gap of 50 bytes
+  CHECK(sink.exchanges.size() == 1);
+  decoder.close_gaps(50);
+  REQUIRE(sink.exchanges.size() == 3);
+  check_exchange(c["expect"][1], sink.exchanges[0]);
+  for (int i : {1, 2}) check_exchange(c["expect"][2], sink.exchanges[i]);
+  CHECK(decoder.counters().resyncs == 6);  // per gap, both directions
+}
