@@ -161,7 +161,8 @@ struct Decoder::Impl {
   // The connections that got bytes since the last close_gaps: only they can have gaps to close
   // or frames to finish (a sweep of every connection took 10-20 ms with 15,000 open).
   std::vector<std::uint64_t> touched;
-  bool closing = false;  // close(): nothing more will come, held responses are given up
+  std::uint64_t next_expire_ns = 0;  // expire() walks every connection again from then
+  bool closing = false;              // close(): nothing more will come, held responses are given up
 
   Connection& connection(std::uint64_t id, bool from_start) {
     auto it = connections.find(id);
@@ -967,6 +968,9 @@ void Decoder::close(std::uint64_t connection, std::uint64_t time_ns) {
 void Decoder::expire(std::uint64_t now_ns) {
   Impl& im = *impl_;
   im.now_ns = now_ns;
+  if (now_ns < im.next_expire_ns) return;
+  im.next_expire_ns =
+      now_ns + std::min<std::uint64_t>(im.options.request_timeout_ns / 16, 1'000'000'000);
   for (auto& [_, c] : im.connections) {
     std::size_t n = 0;
     while (n < c->in_flight.size() &&
