@@ -304,6 +304,7 @@ int main(int argc, char** argv) {
   auto last_status = start;
   bool first_scan = true;
   fc::capture::Counters totals;  // kept across detach/attach for the final line
+  bool behind = false;           // the last tick left due records: read the rings, tick again
   while (!g_stop) {
     if (g_reload.exchange(false)) {
       if (config_path.empty()) {
@@ -353,11 +354,11 @@ int main(int argc, char** argv) {
       print_capture_status(capture->status());
       last_status = now;
     }
-    if (auto r = capture->poll(100); !r) {
+    if (auto r = capture->poll(behind ? 0 : 100); !r) {
       std::fprintf(stderr, "fetchcostd: %s\n", r.error().message.c_str());
       return 1;
     }
-    (*service)->tick(monotonic_ns());
+    behind = (*service)->tick(monotonic_ns());
   }
   if (capture) {
     (void)capture->poll(0);

@@ -54,7 +54,7 @@ void ReorderWindow::hold(const capture::EventView& event) {
   ++chunk.live;
 }
 
-std::size_t ReorderWindow::settle(std::uint64_t before_ns) {
+std::size_t ReorderWindow::settle(std::uint64_t before_ns, std::size_t max) {
   // Only the records held since the last release are sorted (a run per CPU ring, each nearly
   // in order), then merged into the ordered rest.
   const auto earlier = [](const Key& a, const Key& b) {
@@ -62,10 +62,15 @@ std::size_t ReorderWindow::settle(std::uint64_t before_ns) {
   };
   const auto fresh = keys_.begin() + static_cast<std::ptrdiff_t>(sorted_);
   std::sort(fresh, keys_.end(), earlier);
-  std::inplace_merge(keys_.begin(), fresh, keys_.end(), earlier);
+  std::inplace_merge(keys_.begin() + static_cast<std::ptrdiff_t>(head_), fresh, keys_.end(),
+                     earlier);
   std::size_t n = 0;
-  while (n < keys_.size() && keys_[n].time_ns < before_ns) ++n;
+  while (n < max && head_ + n < keys_.size() && keys_[head_ + n].time_ns < before_ns) ++n;
   return n;
+}
+
+std::size_t ReorderWindow::memory_bytes() const {
+  return chunks_.size() * kChunkBytes;
 }
 
 capture::EventView ReorderWindow::view_of(const Key& key) const {
@@ -101,7 +106,14 @@ void ReorderWindow::done_with(const Key& key) {
 }
 
 void ReorderWindow::forget(std::size_t n) {
-  keys_.erase(keys_.begin(), keys_.begin() + static_cast<std::ptrdiff_t>(n));
+  head_ += n;
+  if (head_ == keys_.size()) {
+    keys_.clear();
+    head_ = 0;
+  } else if (head_ >= 4096 && head_ * 2 >= keys_.size()) {
+    keys_.erase(keys_.begin(), keys_.begin() + static_cast<std::ptrdiff_t>(head_));
+    head_ = 0;
+  }
   sorted_ = keys_.size();
 }
 

@@ -25,19 +25,23 @@ class ReorderWindow {
   // Copies a DATA/TLS_DATA or CONNECT/CLOSE record; anything else is not held.
   void hold(const capture::EventView& event);
 
-  // Hands on, in order, every held record older than `before_ns`; the views live for the call.
+  // Hands on, in order, the held records older than `before_ns`, at most `max_records` of them;
+  // the views live for the call. Returns whether due records are still held.
   template <typename Deliver>
-  void release(std::uint64_t before_ns, Deliver&& deliver) {
-    const std::size_t n = settle(before_ns);
-    for (std::size_t i = 0; i < n; ++i) {
+  bool release(std::uint64_t before_ns, Deliver&& deliver,
+               std::size_t max_records = static_cast<std::size_t>(-1)) {
+    const std::size_t n = settle(before_ns, max_records);
+    for (std::size_t i = head_; i < head_ + n; ++i) {
       deliver(view_of(keys_[i]));
       done_with(keys_[i]);
     }
     forget(n);
+    return head_ < keys_.size() && keys_[head_].time_ns < before_ns;
   }
 
-  std::size_t held() const { return keys_.size(); }
+  std::size_t held() const { return keys_.size() - head_; }
   std::size_t chunks() const { return chunks_.size(); }  // in use or kept for reuse
+  std::size_t memory_bytes() const;                      // of those chunks
 
  private:
   struct Chunk {
@@ -52,14 +56,18 @@ class ReorderWindow {
     std::uint32_t offset;
   };
 
-  std::size_t settle(std::uint64_t before_ns);  // orders keys_, returns how many are due
+  // Orders keys_, returns how many are due (at most `max`).
+  std::size_t settle(std::uint64_t before_ns, std::size_t max);
   capture::EventView view_of(const Key& key) const;
   void done_with(const Key& key);
   void forget(std::size_t n);
   Chunk& room_for(std::size_t bytes);
 
+  // keys_[head_, end) are held: released keys are dropped from the front in batches, so a
+  // release in small slices does not move the rest each time.
   std::vector<Key> keys_;
-  std::size_t sorted_ = 0;  // keys_[0, sorted_) is in order from the last release
+  std::size_t head_ = 0;
+  std::size_t sorted_ = 0;  // keys_[head_, sorted_) is in order from the last release
   std::uint64_t sequence_ = 0;
   std::vector<std::unique_ptr<Chunk>> chunks_;  // every chunk, the one being filled last
   std::vector<Chunk*> free_;                    // emptied chunks, reused first

@@ -37,13 +37,22 @@ namespace {
 constexpr std::uint64_t kReorderWindowNs = 5'000'000;  // records older than this are settled
 constexpr std::uint64_t kLedgerSaveIntervalNs = 10'000'000'000;
 constexpr std::uint64_t kBudgetIntervalNs = 1'000'000'000;
-// A sweep (Pipeline::tick: gaps, timeouts, idle flushes) walks every connection: 10-20 ms with
-// 15,000 open. Run after every ring wakeup, sweeps took most of the drain's time in a burst of
-// new connections and the ring filled. So a sweep waits at least this long after the last one,
-// and at least kSweepRestFactor times as long as the last one took (at most a fifth of the
-// drain's time). Idle, the drain wakes every 100 ms anyway.
+// A sweep (Pipeline::tick: gaps, timeouts, idle flushes) walked every connection, 10-20 ms with
+// 15,000 open (now mostly the ones that got bytes since the last). Run after every ring wakeup,
+// sweeps took most of the drain's time in a burst of new connections and the ring filled. So a
+// sweep waits at least this long after the last one, and at least kSweepRestFactor times as long as
+// the last one took (at most a fifth of the drain's time). Idle, the drain wakes every 100 ms
+// anyway.
 constexpr std::uint64_t kSweepMinIntervalNs = 10'000'000;
 constexpr std::uint64_t kSweepRestFactor = 4;
+// A burst (thousands of new connections at once) could keep one tick handing records to the
+// pipeline for 50-80 ms while nobody read the rings. A tick now hands on slices of
+// kReleaseSlice records for about kReleaseBudgetNs, then the drain reads the rings again and
+// comes back at once; the records wait in the window (memory) instead of the ring. Past
+// kMaxBacklogBytes held, it hands on everything due again (the rings absorb, or drop and count).
+constexpr std::size_t kReleaseSlice = 256;
+constexpr std::uint64_t kReleaseBudgetNs = 5'000'000;
+constexpr std::size_t kMaxBacklogBytes = 64u << 20;
 constexpr int kMaxActionsInFlight = 4;  // beyond this, actions are skipped (and counted)
 constexpr const char* kVersion = "0.1.0";
 
@@ -435,8 +444,19 @@ struct Service::Impl {
   // Events lost in the ring buffers (now, or before a detach) leave holes no decoder can fill.
   bool incomplete() const { return drops_before + capture_status.totals.drops > 0; }
 
-  void release(std::uint64_t before_ns) {
-    window.release(before_ns, [this](const capture::EventView& view) { feed->on_event(view); });
+  // Hands the due records to the pipeline. Budgeted (from tick), it stops after about
+  // kReleaseBudgetNs so the drain goes back to the rings, unless the window already holds
+  // kMaxBacklogBytes. Returns whether due records are still held.
+  bool release(std::uint64_t before_ns, bool budgeted) {
+    const auto deliver = [this](const capture::EventView& view) { feed->on_event(view); };
+    if (!budgeted || window.memory_bytes() > kMaxBacklogBytes)
+      return window.release(before_ns, deliver);
+    const auto start = std::chrono::steady_clock::now();
+    while (window.release(before_ns, deliver, kReleaseSlice)) {
+      if (std::chrono::steady_clock::now() - start >= std::chrono::nanoseconds(kReleaseBudgetNs))
+        return true;
+    }
+    return false;
   }
 
   // /api/v1/clients from a snapshot, one sensor row at a time (outside every lock).
@@ -738,7 +758,7 @@ void Service::on_event(const capture::EventView& event) {
   if (impl_->enabled) impl_->window.hold(event);
 }
 
-void Service::tick(std::uint64_t now_ns) {
+bool Service::tick(std::uint64_t now_ns) {
   const auto wait_start = std::chrono::steady_clock::now();
   std::lock_guard lock(impl_->mutex);
   const auto locked = std::chrono::steady_clock::now();
@@ -746,8 +766,10 @@ void Service::tick(std::uint64_t now_ns) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(locked - wait_start).count());
   impl_->drain_wait_ns += waited;
   impl_->drain_wait_max_ns = std::max(impl_->drain_wait_max_ns, waited);
-  impl_->release(now_ns > kReorderWindowNs ? now_ns - kReorderWindowNs : 0);
-  if (now_ns >= impl_->next_sweep_ns) {
+  const bool behind =
+      impl_->release(now_ns > kReorderWindowNs ? now_ns - kReorderWindowNs : 0, true);
+  // Behind, the window still holds records that may fill the gaps a sweep would close.
+  if (!behind && now_ns >= impl_->next_sweep_ns) {
     const auto sweep_start = std::chrono::steady_clock::now();
     impl_->pipe->tick(now_ns);
     const auto swept =
@@ -768,6 +790,7 @@ void Service::tick(std::uint64_t now_ns) {
                                                    std::chrono::steady_clock::now() - locked)
                                                    .count());
   impl_->tick_max_ns = std::max(impl_->tick_max_ns, took);
+  return behind;
 }
 
 void Service::set_capture_status(const capture::Status& status) {
@@ -805,7 +828,7 @@ int Service::port() const {
 
 void Service::shutdown() {
   std::lock_guard lock(impl_->mutex);
-  impl_->release(~0ull);
+  impl_->release(~0ull, false);
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   impl_->pipe->finish(static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +

@@ -23,7 +23,9 @@ class Service {
   // an earlier one on another.
   void on_event(const capture::EventView& event);
   // Periodic (every poll): releases ordered records, expires state, saves the ledger now and then.
-  void tick(std::uint64_t monotonic_now_ns);
+  // Returns true when it stopped with records still due (poll the rings without waiting, then
+  // tick again).
+  bool tick(std::uint64_t monotonic_now_ns);
   // Capture status for /api/v1/status and the self-metrics.
   void set_capture_status(const capture::Status& status);
   bool attribution_enabled() const;

@@ -134,3 +134,34 @@ TEST_CASE("the window's memory is reused once its records are handed on") {
   // ~850 KiB held at most: a handful of 256 KiB chunks, not one per round.
   CHECK(max_chunks <= 8);
 }
+
+TEST_CASE("a release of at most N records goes on where it stopped, in order") {
+  fc::daemon::ReorderWindow w;
+  // 10 records at times 10..1 (reverse arrival) plus one not due yet.
+  for (std::uint64_t t = 10; t >= 1; --t) {
+    fc_data_event d = data_record(t, 1000 + t);
+    EventView v{d.c};
+    v.data = &d;
+    w.hold(v);
+  }
+  fc_data_event later = data_record(50, 2000);
+  EventView lv{later.c};
+  lv.data = &later;
+  w.hold(lv);
+
+  std::vector<std::uint64_t> order;
+  const auto take = [&](const EventView& v) { order.push_back(v.common.timestamp_ns); };
+  CHECK(w.release(20, take, 4));  // 4 handed on, 6 still due
+  CHECK(order == std::vector<std::uint64_t>{1, 2, 3, 4});
+  // A record that arrives in between and is older than what is still held goes first.
+  fc_data_event late = data_record(5, 3000);
+  EventView late_view{late.c};
+  late_view.data = &late;
+  w.hold(late_view);
+  CHECK(w.release(20, take, 4));
+  CHECK_FALSE(w.release(20, take, 4));  // the last 3 due: nothing due is left
+  CHECK(order == std::vector<std::uint64_t>{1, 2, 3, 4, 5, 5, 6, 7, 8, 9, 10});
+  CHECK(w.held() == 1);  // the record at 50
+  CHECK_FALSE(w.release(20, take));
+  CHECK(w.held() == 1);
+}
