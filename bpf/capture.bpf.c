@@ -571,8 +571,9 @@ static __always_inline void emit_length_only(const struct conn_state* st, __u64 
  * (reservations are constant-sized), so up to a class's size minus the capture is unused tail;
  * `captured` says what is valid. The small classes (128, 256 B) make a burst fit the ring: most
  * Kafka requests and small responses fit them (a 30-byte Metadata request reserved 608 B in the
- * 512 B class, 224 B now). The header stops after segs[0] (FC_FLAG_ONE_SEGMENT): such a call has one segment. `*head` gets
- * the call's first 4 bytes when they were copied (a Kafka response's size prefix). */
+ * 512 B class, 224 B now). The header stops after segs[0] (FC_FLAG_ONE_SEGMENT): such a call
+ * has one segment. `*head` gets the call's first 4 bytes when they were copied (a Kafka
+ * response's size prefix). */
 #define FC_DIRECT_CLASS(N)                                                                 \
   do {                                                                                     \
     struct {                                                                               \
