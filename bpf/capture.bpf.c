@@ -454,6 +454,11 @@ static __always_inline void emit_close(struct conn_state* st, struct sock* sk, _
   submit(&ev, sizeof(ev));
 }
 
+/* Clamps `n` to `max` in asm, so the compiler cannot drop the bound the verifier needs for a
+ * copy's length. Clamped, not masked: a mask turned a full-size length into 0. */
+#define FC_CLAMP(n, max) \
+  asm volatile("if %[v] <= %[m] goto +1; %[v] = %[m]" : [v] "+r"(n) : [m] "i"(max))
+
 /* Copies up to `want` bytes from user `src` into the payload and records the segment. */
 static __always_inline void add_segment(struct event_buf* ev, __u32 offset, __u32 want, __u64 src) {
   __u32 n = ev->hdr.nsegs;
@@ -462,12 +467,9 @@ static __always_inline void add_segment(struct event_buf* ev, __u32 offset, __u3
   if (at + want > FC_MAX_CAPTURE) want = FC_MAX_CAPTURE - at;
   if (want == 0 || want > FC_MAX_CAPTURE) return;
   __u64 off = at, len = want;
-  /* Bound both in asm so the compiler cannot drop what the verifier needs. The length is
-   * clamped, not masked: a mask turned a full FC_MAX_CAPTURE into 0, a segment of stale bytes.
-   * The area is twice FC_MAX_CAPTURE. */
-  asm volatile("%[o] &= %[mask]; if %[n] <= %[max] goto +1; %[n] = %[max]"
-               : [o] "+r"(off), [n] "+r"(len)
-               : [mask] "i"(FC_CAPTURE_MASK), [max] "i"(FC_MAX_CAPTURE));
+  /* Both bounds in asm (the area is twice FC_MAX_CAPTURE): a masked offset, a clamped length. */
+  asm volatile("%[o] &= %[mask]" : [o] "+r"(off) : [mask] "i"(FC_CAPTURE_MASK));
+  FC_CLAMP(len, FC_MAX_CAPTURE);
   if (bpf_probe_read_user(ev->data + off, len, (const void*)src) != 0) {
     count(FC_COUNTER_COPY_FAULTS);
     ev->hdr.c.flags |= FC_FLAG_COPY_FAULT;
@@ -574,37 +576,36 @@ static __always_inline void emit_length_only(const struct conn_state* st, __u64 
  * 512 B class, 224 B now). The header stops after segs[0] (FC_FLAG_ONE_SEGMENT): such a call
  * has one segment. `*head` gets the call's first 4 bytes when they were copied (a Kafka
  * response's size prefix). */
-#define FC_DIRECT_CLASS(N)                                                                 \
-  do {                                                                                     \
-    struct {                                                                               \
-      __u8 hdr[FC_DATA_EVENT_ONE_SEGMENT]; /* struct fc_data_event up to segs[0] */        \
-      __u8 data[N];                                                                        \
-    } * r;                                                                                 \
-    __u64 flags = wakeup_flags(sizeof(*r));                                                \
-    r = bpf_ringbuf_reserve(rb, sizeof(*r), 0);                                            \
-    if (!r) {                                                                              \
-      count(FC_COUNTER_DROPS);                                                             \
-      return;                                                                              \
-    }                                                                                      \
-    struct fc_data_event* h = (struct fc_data_event*)r->hdr;                               \
-    __u64 n = want;                                                                        \
-    /* Clamp in asm so the compiler cannot drop the bound the verifier needs. */           \
-    asm volatile("if %[n] <= %[max] goto +1; %[n] = %[max]" : [n] "+r"(n) : [max] "i"(N)); \
-    fill_data_hdr(h, st, pid_tgid, task, src, pos, ret, direction, hole);                  \
-    h->c.flags |= FC_FLAG_ONE_SEGMENT;                                                     \
-    h->segs[0].offset = 0;                                                                 \
-    h->segs[0].length = 0;                                                                 \
-    if (bpf_probe_read_user(r->data, n, (const void*)buf) == 0) {                          \
-      h->captured = n;                                                                     \
-      h->nsegs = 1;                                                                        \
-      h->segs[0].length = n;                                                               \
-      if (n >= 4) *head = *(__u32*)r->data;                                                \
-    } else {                                                                               \
-      count(FC_COUNTER_COPY_FAULTS);                                                       \
-      h->c.flags |= FC_FLAG_COPY_FAULT;                                                    \
-    }                                                                                      \
-    bpf_ringbuf_submit(r, flags);                                                          \
-    count(FC_COUNTER_EVENTS);                                                              \
+#define FC_DIRECT_CLASS(N)                                                          \
+  do {                                                                              \
+    struct {                                                                        \
+      __u8 hdr[FC_DATA_EVENT_ONE_SEGMENT]; /* struct fc_data_event up to segs[0] */ \
+      __u8 data[N];                                                                 \
+    } * r;                                                                          \
+    __u64 flags = wakeup_flags(sizeof(*r));                                         \
+    r = bpf_ringbuf_reserve(rb, sizeof(*r), 0);                                     \
+    if (!r) {                                                                       \
+      count(FC_COUNTER_DROPS);                                                      \
+      return;                                                                       \
+    }                                                                               \
+    struct fc_data_event* h = (struct fc_data_event*)r->hdr;                        \
+    __u64 n = want;                                                                 \
+    FC_CLAMP(n, N);                                                                 \
+    fill_data_hdr(h, st, pid_tgid, task, src, pos, ret, direction, hole);           \
+    h->c.flags |= FC_FLAG_ONE_SEGMENT;                                              \
+    h->segs[0].offset = 0;                                                          \
+    h->segs[0].length = 0;                                                          \
+    if (bpf_probe_read_user(r->data, n, (const void*)buf) == 0) {                   \
+      h->captured = n;                                                              \
+      h->nsegs = 1;                                                                 \
+      h->segs[0].length = n;                                                        \
+      if (n >= 4) *head = *(__u32*)r->data;                                         \
+    } else {                                                                        \
+      count(FC_COUNTER_COPY_FAULTS);                                                \
+      h->c.flags |= FC_FLAG_COPY_FAULT;                                             \
+    }                                                                               \
+    bpf_ringbuf_submit(r, flags);                                                   \
+    count(FC_COUNTER_EVENTS);                                                       \
   } while (0)
 
 static __always_inline void emit_direct(const struct conn_state* st, __u64 pid_tgid,
@@ -704,10 +705,7 @@ static __always_inline int gather_add(struct conn_state* st, struct gather_buf* 
   if (n >= FC_MAX_SEGMENTS || at + want > FC_GATHER_BYTES || offset > 0xffffffffULL) return 0;
   count(FC_COUNTER_GATHERED);
   __u64 len = want;
-  /* Clamp in asm so the compiler cannot drop the bound the verifier needs. */
-  asm volatile("if %[n] <= %[max] goto +1; %[n] = %[max]"
-               : [n] "+r"(len)
-               : [max] "i"(FC_GATHER_BYTES));
+  FC_CLAMP(len, FC_GATHER_BYTES);
   if (len == 0) return 1; /* nothing captured: its bytes are a hole of the record */
   if (bpf_probe_read_user(g->data + (at & (FC_GATHER_BYTES - 1)), len, (const void*)buf) != 0) {
     count(FC_COUNTER_COPY_FAULTS);

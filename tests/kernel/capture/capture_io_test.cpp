@@ -902,19 +902,30 @@ bool send_call(int fd, const SendCall& c) {
   return ok;
 }
 
+// A loopback connection whose listener's port is reported; returns once the parent has made it
+// a Kafka port.
+bool open_kafka_loopback(Child& self, Loopback& lb) {
+  if (!open_loopback(AF_INET, lb)) return false;
+  self.report(lb.listen_port);
+  self.wait_parent();
+  return true;
+}
+
+// The client sends a request of 30 bytes (pattern `seed`) and the broker side reads it.
+bool serve_request(const Loopback& lb, unsigned seed) {
+  const std::string request = pattern(30, seed);
+  std::string got(30, '\0');
+  return write(lb.client, request.data(), 30) == 30 && wait_inq(lb.server, 30) &&
+         read(lb.server, got.data(), 30) == 30;
+}
+
 // A Kafka connection on loopback: the listener's port is reported and given a policy, the
 // client sends one request, the broker side answers with `calls` (memory with write(2) when
 // `plain_write`, else writev(2); files with sendfile) and the client reads them all.
 int answer_one_request(Child& self, const std::vector<SendCall>& calls, bool plain_write) {
   Loopback lb;
-  if (!open_loopback(AF_INET, lb)) return 10;
-  self.report(lb.listen_port);
-  self.wait_parent();  // the listener's port is a Kafka port now
-  const std::string request = pattern(30, 99);
-  std::string got(30, '\0');
-  if (write(lb.client, request.data(), 30) != 30 || !wait_inq(lb.server, 30) ||
-      read(lb.server, got.data(), 30) != 30)
-    return 11;
+  if (!open_kafka_loopback(self, lb)) return 10;
+  if (!serve_request(lb, 99)) return 11;
   std::size_t total = 0;
   for (const auto& c : calls) {
     const bool sent = plain_write && !c.file ? write(lb.server, c.bytes.data(), c.bytes.size()) ==
@@ -971,20 +982,12 @@ std::vector<SendCall> broker_calls() {
 
 int fold_scenario(Child& self) {
   Loopback lb;
-  if (!open_loopback(AF_INET, lb)) return 10;
-  self.report(lb.listen_port);
-  self.wait_parent();  // the listener's port is a Kafka port now
-  const std::string request = pattern(30, 80);
-  std::string got(30, '\0');
-  auto serve_request = [&] {
-    return write(lb.client, request.data(), 30) == 30 && wait_inq(lb.server, 30) &&
-           read(lb.server, got.data(), 30) == 30;
-  };
-  if (!serve_request()) return 11;
+  if (!open_kafka_loopback(self, lb)) return 10;
+  if (!serve_request(lb, 80)) return 11;
   const auto calls = broker_calls();
   for (std::size_t i = 0; i + 1 < calls.size(); ++i)
     if (!send_call(lb.server, calls[i])) return 12;
-  if (!serve_request()) return 13;  // reports the folded sendfile of the wrong guess
+  if (!serve_request(lb, 80)) return 13;  // reports the folded sendfile of the wrong guess
   if (!send_call(lb.server, calls.back())) return 14;
   std::size_t total = 0;
   for (const auto& c : calls) total += c.bytes.size();
