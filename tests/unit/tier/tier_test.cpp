@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -7,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include "tier/tier.h"
@@ -51,6 +55,31 @@ bool eventually(const std::function<bool()>& condition) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return condition();
+}
+
+// The events this process's inotify instances watch `dir` for, as the kernel reports them in
+// /proc/self/fdinfo ("inotify wd:N ino:HEX ... mask:HEX"); nullopt when nothing watches it.
+std::optional<std::uint32_t> kernel_watch_mask(const fs::path& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) return std::nullopt;
+  for (const auto& fd : fs::directory_iterator("/proc/self/fdinfo")) {
+    std::ifstream in(fd.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("inotify ", 0) != 0) continue;
+      std::istringstream fields(line.substr(8));
+      std::string field;
+      unsigned long long ino = 0, mask = 0;
+      bool has_ino = false, has_mask = false;
+      while (fields >> field) {
+        if (field.rfind("ino:", 0) == 0) has_ino = std::sscanf(field.c_str() + 4, "%llx", &ino) == 1;
+        if (field.rfind("mask:", 0) == 0)
+          has_mask = std::sscanf(field.c_str() + 5, "%llx", &mask) == 1;
+      }
+      if (has_ino && has_mask && ino == st.st_ino) return static_cast<std::uint32_t>(mask);
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -158,6 +187,49 @@ TEST_CASE("inotify: segment deletion, new partitions and vanished dirs are seen"
   fs::remove_all(dir.root);
   CHECK(eventually([&] { return map.partitions().empty(); }));
   CHECK(map.stats().inotify_events > 0);
+  map.stop();
+}
+
+TEST_CASE("inotify: a partition dir is watched for written files only until its topic id is known") {
+  // A watch for IN_CLOSE_WRITE makes the kernel visit the parent dir on every read and sendfile
+  // of the broker's segments in it; it is needed only while partition.metadata is unread.
+  LogDir dir;
+  auto known = dir.partition("orders-0", kOrdersId);
+  LogDir::segment(known, 100);
+  auto pending = dir.partition("pending-1");  // no partition.metadata yet
+  LogDir::segment(pending, 5);
+  fc::tier::Options options{{dir.root.string()}};
+  options.rescan_interval = std::chrono::hours(1);  // inotify alone must keep up
+  LocalTierMap map(options);
+  REQUIRE(map.start().ok());
+
+  const auto known_mask = kernel_watch_mask(known);
+  REQUIRE(known_mask);
+  CHECK((*known_mask & IN_CLOSE_WRITE) == 0);
+  CHECK((*known_mask & IN_CREATE) != 0);
+  CHECK((*known_mask & IN_DELETE) != 0);
+  CHECK((*known_mask & IN_MOVED_TO) != 0);
+  const auto pending_mask = kernel_watch_mask(pending);
+  REQUIRE(pending_mask);
+  CHECK((*pending_mask & IN_CLOSE_WRITE) != 0);
+  CHECK(map.topic_id("pending") == std::nullopt);
+
+  // The broker fills partition.metadata in place: its close gives the id, then the watch
+  // no longer asks for written files.
+  std::ofstream(pending / "partition.metadata") << "version: 0\ntopic_id: " << kDashedId << "\n";
+  CHECK(eventually([&] { return map.topic_id("pending") == kDashedId; }));
+  CHECK(eventually([&] {
+    const auto mask = kernel_watch_mask(pending);
+    return mask && (*mask & IN_CLOSE_WRITE) == 0;
+  }));
+
+  // Without IN_CLOSE_WRITE the dir's names are still seen: a new segment, and Kafka's rename of
+  // partition.metadata.tmp over the file.
+  LogDir::segment(pending, 1);
+  CHECK(eventually([&] { return map.local_log_start("pending", 1) == 1; }));
+  std::ofstream(known / "partition.metadata.tmp") << "version: 0\ntopic_id: " << kDashedId << "\n";
+  fs::rename(known / "partition.metadata.tmp", known / "partition.metadata");
+  CHECK(eventually([&] { return map.topic_id("orders") == kDashedId; }));
   map.stop();
 }
 
