@@ -108,7 +108,6 @@ struct Capture::Impl {
   std::size_t ring_bytes = 0;
   std::map<pid_t, Target> targets;
   std::uint64_t delivered = 0;
-  std::uint64_t bytes_read = 0;  // ring memory read so far: records with their 8-byte headers
   std::uint64_t suppressed = 0;
   fc_data_event widened_event{};  // a short or one-segment record widened (on_sample)
   fc_data_event folded_event{};   // the sendfiles a record's hole_before stands for (on_sample)
@@ -134,7 +133,6 @@ struct Capture::Impl {
 
   static int on_sample(void* ctx, void* data, std::size_t size) {
     auto* self = static_cast<Impl*>(ctx);
-    self->bytes_read += (size + BPF_RINGBUF_HDR_SZ + 7) & ~std::size_t{7};
     if (size < sizeof(fc_event_common)) return 0;  // cannot happen with our programs
     const auto* common = static_cast<const fc_event_common*>(data);
     EventView view{*common};
@@ -495,14 +493,6 @@ Counters Capture::totals() const {
     sum.gathered += c.gathered;
   }
   return sum;
-}
-
-std::uint64_t Capture::bytes_read() const {
-  return impl_->bytes_read;
-}
-
-std::size_t Capture::ring_bytes() const {
-  return impl_->ring_bytes * static_cast<std::size_t>(impl_->cpus);
 }
 
 int Capture::cpu_count() const {

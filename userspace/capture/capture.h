@@ -66,7 +66,7 @@ struct Counters {
   std::uint64_t copy_faults = 0;
   std::uint64_t tls_events = 0;
   std::uint64_t conn_events = 0;
-  std::uint64_t folded = 0;    // sendfiles reported by a later record (no record of their own)
+  std::uint64_t folded = 0;  // sendfiles reported by a later record (no record of their own)
   std::uint64_t gathered = 0;  // sends gathered into a later record (no record of their own)
 };
 
@@ -144,10 +144,6 @@ class Capture {
   // Waits up to timeout_ms for events, then drains every CPU's ring buffer.
   // Returns the number of records handled, or an error.
   Result<int> poll(int timeout_ms);
-  // Ring memory read by poll() so far (records and their headers): per poll, the backlog it found.
-  std::uint64_t bytes_read() const;
-  // All rings' capacity together.
-  std::size_t ring_bytes() const;
 
   Counters totals() const;
   std::vector<Counters> per_cpu() const;

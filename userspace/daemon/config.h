@@ -14,8 +14,7 @@
 //     "ledger": {"retention_days": 400, "hourly_days": 35},
 //     "audit_log": {"path": "", "max_bytes": 104857600, "keep": 5},
 //     "capture": {"ring_kib_per_cpu": 4096, "capture_bytes": 4096,
-//                 "tls_libraries": ["openssl", "gnutls"], "drain_nice": 0,
-//                 "drain_boost_nice": -10},
+//                 "tls_libraries": ["openssl", "gnutls"], "drain_nice": 0},
 //     "attribution_enabled": true,
 //     "budgets": {"limits": [{"client_id": "scanner", "per_hour": 0.5},
 //                            {"group_id": "analytics", "per_hour": 2}],
@@ -66,9 +65,6 @@ struct Config {
   // little CPU, but when it waits long for a CPU the rings fill and records are lost; a host that
   // sees drops under CPU load can raise it (docs/performance.md, "Drain priority").
   int drain_nice = 0;
-  // Its nice value while the rings hold a backlog when it gets to them (daemon/drain_priority.h):
-  // not below drain_nice turns the boost off.
-  int drain_boost_nice = -10;
   std::vector<std::string> tls_libraries = {"openssl", "gnutls"};
   bool attribution_enabled = true;
   BudgetConfig budgets;

@@ -19,7 +19,6 @@
 
 #include "capture/capture.h"
 #include "daemon/config.h"
-#include "daemon/drain_priority.h"
 #include "daemon/privileges.h"
 #include "daemon/service.h"
 #include "daemon/targets.h"
@@ -101,7 +100,6 @@ int main(int argc, char** argv) {
   std::uint32_t iovec_bytes = 4096;
   std::size_t ring_kib = 4096;
   int drain_nice = 0;
-  int drain_boost_nice = -10;
   double duration_s = 0;
   double status_interval_s = 0;
   bool print_events = false;
@@ -126,11 +124,6 @@ int main(int argc, char** argv) {
   app.add_option("--ring-kib", ring_kib, "Ring buffer size per CPU, KiB")->capture_default_str();
   app.add_option("--drain-nice", drain_nice,
                  "Nice value of the ring-buffer drain thread (0 = unchanged)")
-      ->check(CLI::Range(-20, 19))
-      ->capture_default_str();
-  app.add_option("--drain-boost-nice", drain_boost_nice,
-                 "Nice value of the drain while the rings hold a backlog (not below "
-                 "--drain-nice: no boost)")
       ->check(CLI::Range(-20, 19))
       ->capture_default_str();
   app.add_option("--capture-variant", variant,
@@ -164,7 +157,6 @@ int main(int argc, char** argv) {
     if (app.count("--capture-bytes") == 0) capture_bytes = config.capture_bytes;
     if (app.count("--ring-kib") == 0) ring_kib = config.ring_kib_per_cpu;
     if (app.count("--drain-nice") == 0) drain_nice = config.drain_nice;
-    if (app.count("--drain-boost-nice") == 0) drain_boost_nice = config.drain_boost_nice;
     auto listed = [&](const std::string& lib) {
       return std::find(config.tls_libraries.begin(), config.tls_libraries.end(), lib) !=
              config.tls_libraries.end();
@@ -266,12 +258,8 @@ int main(int argc, char** argv) {
                  "its priority, so ring-buffer drops are more likely on a busy host; grant "
                  "CAP_SYS_NICE or set capture.drain_nice to 0\n",
                  drain_nice, std::strerror(errno));
-  errno = 0;
-  int base_nice = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
-  if (errno != 0) base_nice = drain_boost_nice;  // cannot happen for our own thread; no boost then
   // Probes attached, listen socket bound: keep only what re-attaching needs (daemon/privileges.h).
-  // The drain's boost (daemon/drain_priority.h) needs CAP_SYS_NICE later: kept while it may ask.
-  if (auto caps = fc::daemon::drop_unneeded_capabilities(drain_boost_nice < base_nice); !caps)
+  if (auto caps = fc::daemon::drop_unneeded_capabilities(); !caps)
     std::fprintf(stderr, "fetchcostd: warning: %s\n", caps.error().message.c_str());
   else
     std::fprintf(stderr, "fetchcostd: capabilities now %s\n", caps->c_str());
@@ -317,15 +305,6 @@ int main(int argc, char** argv) {
   bool first_scan = true;
   fc::capture::Counters totals;  // kept across detach/attach for the final line
   bool behind = false;           // the last tick left due records: read the rings, tick again
-  fc::daemon::DrainPriority priority(
-      base_nice, drain_boost_nice,
-      capture ? capture->ring_bytes()
-              : ring_kib * 1024 * std::max(1u, std::thread::hardware_concurrency()));
-  int applied_nice = base_nice;
-  auto report_priority = [&] {
-    (*service)->set_drain_priority({applied_nice, priority.boosted(), priority.boosts(),
-                                    static_cast<double>(priority.boosted_ns()) / 1e9});
-  };
   while (!g_stop) {
     if (g_reload.exchange(false)) {
       if (config_path.empty()) {
@@ -367,7 +346,6 @@ int main(int argc, char** argv) {
       refresh_targets();
       last_scan = now;
       (*service)->set_capture_status(capture->status());
-      report_priority();
       if (first_scan && print_status) print_capture_status(capture->status());
       first_scan = false;
     }
@@ -376,29 +354,11 @@ int main(int argc, char** argv) {
       print_capture_status(capture->status());
       last_status = now;
     }
-    const std::uint64_t read_before = capture->bytes_read();
     if (auto r = capture->poll(behind ? 0 : 100); !r) {
       std::fprintf(stderr, "fetchcostd: %s\n", r.error().message.c_str());
       return 1;
     }
-    const std::uint64_t tick_ns = monotonic_ns();
-    behind = (*service)->tick(tick_ns);
-    const int wanted_nice = priority.observe(tick_ns, capture->bytes_read() - read_before, behind);
-    if (wanted_nice != applied_nice) {
-      if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), wanted_nice) == 0) {
-        applied_nice = wanted_nice;
-      } else {
-        std::fprintf(stderr,
-                     "fetchcostd: the drain's backlog asked for nice %d, refused (%s): it keeps "
-                     "nice %d from now on; ring-buffer drops are more likely on a busy host\n",
-                     wanted_nice, std::strerror(errno), applied_nice);
-        priority.disable();
-        if (applied_nice != priority.nice() &&
-            setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), priority.nice()) == 0)
-          applied_nice = priority.nice();
-      }
-      report_priority();
-    }
+    behind = (*service)->tick(monotonic_ns());
   }
   if (capture) {
     (void)capture->poll(0);

@@ -211,7 +211,6 @@ struct Service::Impl {
   std::uint64_t drain_wait_ns = 0;
   std::uint64_t drain_wait_max_ns = 0;
   std::uint64_t tick_max_ns = 0;  // the longest tick (ordering records, the pipeline)
-  Service::DrainPriorityStatus drain_priority;
   std::uint64_t next_sweep_ns = 0;
 
   // The ledger is saved on its own thread: writing and fsyncing a ledger of many client-ids
@@ -600,11 +599,7 @@ struct Service::Impl {
       doc["handled_events"] = events.load(std::memory_order_relaxed);
       doc["drain"] = {{"wait_seconds_total", static_cast<double>(drain_wait_ns) / 1e9},
                       {"wait_max_seconds", static_cast<double>(drain_wait_max_ns) / 1e9},
-                      {"tick_max_seconds", static_cast<double>(tick_max_ns) / 1e9},
-                      {"nice", drain_priority.nice},
-                      {"boosted", drain_priority.boosted},
-                      {"boosts", drain_priority.boosts},
-                      {"boosted_seconds_total", drain_priority.boosted_seconds}};
+                      {"tick_max_seconds", static_cast<double>(tick_max_ns) / 1e9}};
       doc["ledger_save"] = {{"last_seconds", static_cast<double>(save_last_ns.load()) / 1e9},
                             {"max_seconds", static_cast<double>(save_max_ns.load()) / 1e9},
                             {"errors", save_errors.load()}};
@@ -803,11 +798,6 @@ void Service::set_capture_status(const capture::Status& status) {
   // An empty status means the capture was closed: keep its drops for attribution_complete.
   if (status.per_cpu.empty()) impl_->drops_before += impl_->capture_status.totals.drops;
   impl_->capture_status = status;
-}
-
-void Service::set_drain_priority(const DrainPriorityStatus& status) {
-  std::lock_guard lock(impl_->mutex);
-  impl_->drain_priority = status;
 }
 
 bool Service::attribution_enabled() const {

@@ -28,14 +28,6 @@ class Service {
   bool tick(std::uint64_t monotonic_now_ns);
   // Capture status for /api/v1/status and the self-metrics.
   void set_capture_status(const capture::Status& status);
-  // The drain thread's priority (daemon/drain_priority.h), for /api/v1/status.
-  struct DrainPriorityStatus {
-    int nice = 0;
-    bool boosted = false;
-    std::uint64_t boosts = 0;
-    double boosted_seconds = 0;
-  };
-  void set_drain_priority(const DrainPriorityStatus& status);
   bool attribution_enabled() const;
   // Applies a reloaded config: attribution on/off and the price table take effect now; the
   // rest (listen, sensors, log dirs, capture sizes) needs a restart and is reported as such.

@@ -39,8 +39,7 @@ from common import (Fetchcostd, check, fetch_once, finish, free_port, get_json, 
 # (The broker restart below attaches TLS uprobes to the new pid after the drop, and
 # e2e_daemon_control turns attribution off and on after it.)
 CAPS_KEPT = {"cap_bpf": 39, "cap_perfmon": 38, "cap_sys_admin": 21, "cap_sys_resource": 24,
-             "cap_sys_ptrace": 19, "cap_dac_read_search": 2,
-             "cap_sys_nice": 23}  # the drain's boost (capture.drain_boost_nice, default -10)
+             "cap_sys_ptrace": 19, "cap_dac_read_search": 2}
 
 
 def cap_eff(pid):
