@@ -794,8 +794,10 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
       call_cap = min_u32(call_cap, st->policy.bulk_bytes);
   }
 
-  /* A TLS library call in progress on this thread owns this socket. */
-  if (tls_hooks) {
+  /* A TLS library call in progress on this thread owns this socket. The hooked calls (SSL_read,
+   * SSL_write, gnutls_record_recv/send) move bytes with read/write/send/recv calls, never with
+   * sendfile or splice: those, most of a broker's sends for local fetches, skip the lookup. */
+  if (tls_hooks && src != FC_SRC_SENDFILE && src != FC_SRC_SPLICE) {
     __u32 tid = (__u32)pid_tgid;
     struct fc_tls_call* call = bpf_map_lookup_elem(&tls_calls, &tid);
     if (call) {

@@ -1,11 +1,17 @@
 // Loader and ring-buffer drain for bpf/capture.bpf.c (libbpf skeleton).
 #include "capture/capture.h"
+#include "capture/spool.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -13,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "fetchcost_capture.skel.h"
 
@@ -98,8 +105,29 @@ struct Capture::Impl {
     std::uint32_t tls_hooks = 0;
   };
 
+  // The reader thread (run_reader) moves records from the rings into the spool; the drain
+  // thread (poll) takes them from there. Each CPU's ring has a ring_buffer of its own, read in
+  // turns (read_rings): libbpf's consume reads one ring for as long as records keep arriving
+  // in it, so a busy CPU's ring could hold the reader while another CPU's ring overflowed.
+  struct RingReader {
+    Impl* impl = nullptr;
+    ring_buffer* rb = nullptr;
+    std::size_t taken = 0;  // records read in this turn
+  };
+  static constexpr std::size_t kRingTurn = 256;  // records per ring per turn
+  static constexpr int kRingTurns = 64;          // then they are published to the drain
+  static constexpr int kTurnOver = -ECANCELED;   // on_sample's "next ring" (not an error)
+  static constexpr std::size_t kSpoolBytes = 64u << 20;
+
   fetchcost_capture* skel = nullptr;
-  ring_buffer* rings = nullptr;
+  ring_buffer* rings = nullptr;  // every ring, for waiting only (its epoll fd): never consumed
+  std::vector<std::unique_ptr<RingReader>> readers;
+  Spool spool{kSpoolBytes};
+  std::thread reader;
+  std::atomic<bool> stop_reader{false};
+  std::atomic<int> reader_error{0};  // a negative errno from reading the rings
+  bool reader_realtime = false;
+  std::string reader_priority_error;
   std::vector<int> ring_fds;
   EventHandler handler;
   Options options;
@@ -113,8 +141,14 @@ struct Capture::Impl {
   fc_data_event folded_event{};   // the sendfiles a record's hole_before stands for (on_sample)
 
   ~Impl() {
+    if (reader.joinable()) {
+      stop_reader = true;
+      reader.join();
+    }
     targets.clear();  // uprobe links first
     if (rings) ring_buffer__free(rings);
+    for (auto& r : readers)
+      if (r->rb) ring_buffer__free(r->rb);
     for (int fd : ring_fds) close(fd);
     if (skel) fetchcost_capture__destroy(skel);
   }
@@ -132,8 +166,67 @@ struct Capture::Impl {
   void bump_policy_epoch() { __atomic_add_fetch(&skel->bss->policy_epoch, 1, __ATOMIC_SEQ_CST); }
 
   static int on_sample(void* ctx, void* data, std::size_t size) {
-    auto* self = static_cast<Impl*>(ctx);
-    if (size < sizeof(fc_event_common)) return 0;  // cannot happen with our programs
+    auto* reader = static_cast<RingReader*>(ctx);
+    reader->impl->spool.push(data, size);
+    return ++reader->taken >= kRingTurn ? kTurnOver : 0;
+  }
+
+  // The waiting ring_buffer is never consumed; libbpf wants a callback all the same.
+  static int never_read(void*, void*, std::size_t) { return 0; }
+
+  // Moves records from the rings into the spool in turns of at most kRingTurn records per
+  // ring, until all are empty, the spool is full, or kRingTurns turns. Returns true when
+  // records may be left (read again without waiting), or a negative errno as int.
+  int read_rings() {
+    for (int turn = 0; turn < kRingTurns; ++turn) {
+      if (spool.full()) return 1;
+      bool more = false;
+      for (auto& r : readers) {
+        r->taken = 0;
+        const int n = ring_buffer__consume(r->rb);
+        if (n == kTurnOver) {
+          more = true;
+        } else if (n < 0 && n != -EINTR) {
+          return n;
+        }
+      }
+      if (!more) return 0;
+    }
+    return 1;
+  }
+
+  // The reader thread: wakes with the rings (cfg_wakeup_bytes, or 100 ms), moves what they
+  // hold into the spool and hands it to the drain. It does nothing else, so it can run as a
+  // real-time thread (set by open()): its CPU time is a copy per record.
+  void run_reader() {
+    pthread_setname_np(pthread_self(), "fc-ring-reader");
+    bool again = false;
+    while (!stop_reader.load(std::memory_order_relaxed)) {
+      if (spool.full()) {  // the drain is behind: the rings hold what comes meanwhile
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      if (!again) {
+        epoll_event ready[8];
+        const int n = epoll_wait(ring_buffer__epoll_fd(rings), ready, 8, 100);
+        if (n < 0 && errno != EINTR) {
+          reader_error = -errno;
+          break;
+        }
+      }
+      const int r = read_rings();
+      spool.publish();
+      if (r < 0) {
+        reader_error = r;
+        break;
+      }
+      again = r > 0;
+    }
+    spool.publish();
+  }
+
+  void handle_sample(const void* data, std::size_t size) {
+    if (size < sizeof(fc_event_common)) return;  // cannot happen with our programs
     const auto* common = static_cast<const fc_event_common*>(data);
     EventView view{*common};
     if (common->kind == FC_EVENT_DATA || common->kind == FC_EVENT_TLS_DATA) {
@@ -143,45 +236,43 @@ struct Capture::Impl {
       const auto* payload_at = static_cast<const std::uint8_t*>(data) + sizeof(fc_data_event);
       std::size_t payload_room = size >= sizeof(fc_data_event) ? size - sizeof(fc_data_event) : 0;
       if (size >= FC_DATA_EVENT_ONE_SEGMENT && (d->c.flags & FC_FLAG_ONE_SEGMENT)) {
-        std::memcpy(&self->widened_event, data, FC_DATA_EVENT_ONE_SEGMENT);
-        std::memset(self->widened_event.segs + 1, 0,
-                    sizeof(self->widened_event.segs) - sizeof(fc_segment));
-        if (self->widened_event.nsegs > 1) self->widened_event.nsegs = 1;
-        self->widened_event.c.flags &= ~FC_FLAG_ONE_SEGMENT;
+        std::memcpy(&widened_event, data, FC_DATA_EVENT_ONE_SEGMENT);
+        std::memset(widened_event.segs + 1, 0, sizeof(widened_event.segs) - sizeof(fc_segment));
+        if (widened_event.nsegs > 1) widened_event.nsegs = 1;
+        widened_event.c.flags &= ~FC_FLAG_ONE_SEGMENT;
         payload_at = static_cast<const std::uint8_t*>(data) + FC_DATA_EVENT_ONE_SEGMENT;
         payload_room = size - FC_DATA_EVENT_ONE_SEGMENT;
-        d = &self->widened_event;
+        d = &widened_event;
       } else if (size < sizeof(fc_data_event)) {
         // A record without payload ends before its segments (FC_DATA_EVENT_SHORT): hand on a
         // full header with no segments, so consumers never see the difference.
-        if (size < FC_DATA_EVENT_SHORT) return 0;
-        std::memcpy(&self->widened_event, data, FC_DATA_EVENT_SHORT);
-        std::memset(self->widened_event.segs, 0, sizeof(self->widened_event.segs));
-        self->widened_event.captured = 0;
-        self->widened_event.nsegs = 0;
-        d = &self->widened_event;
+        if (size < FC_DATA_EVENT_SHORT) return;
+        std::memcpy(&widened_event, data, FC_DATA_EVENT_SHORT);
+        std::memset(widened_event.segs, 0, sizeof(widened_event.segs));
+        widened_event.captured = 0;
+        widened_event.nsegs = 0;
+        d = &widened_event;
       }
-      if (!self->options.deliver_tls_ciphertext && (d->c.flags & FC_FLAG_TLS_CIPHERTEXT)) {
-        ++self->suppressed;
-        return 0;
+      if (!options.deliver_tls_ciphertext && (d->c.flags & FC_FLAG_TLS_CIPHERTEXT)) {
+        ++suppressed;
+        return;
       }
       if (d->hole_before != 0 && d->direction == FC_DIR_SEND && d->hole_before <= d->stream_pos)
-        self->deliver_folded(*d);
-      if (d->length == 0) return 0;  // only carried folded sendfiles (a receive or close came)
+        deliver_folded(*d);
+      if (d->length == 0) return;  // only carried folded sendfiles (a receive or close came)
       std::size_t payload = std::min<std::size_t>(d->captured, payload_room);
       std::size_t nsegs = d->nsegs > FC_MAX_SEGMENTS ? FC_MAX_SEGMENTS : d->nsegs;
       view.data = d;
       view.payload = {payload_at, payload};
       view.segments = {d->segs, nsegs};
     } else if (common->kind == FC_EVENT_CONNECT || common->kind == FC_EVENT_CLOSE) {
-      if (size < sizeof(fc_conn_event)) return 0;
+      if (size < sizeof(fc_conn_event)) return;
       view.conn = static_cast<const fc_conn_event*>(data);
     } else {
-      return 0;
+      return;
     }
-    ++self->delivered;
-    self->handler(view);
-    return 0;
+    ++delivered;
+    handler(view);
   }
 
   // Sendfiles the BPF side folded into this record (bpf/capture.bpf.c, response framing) are
@@ -338,11 +429,16 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
       return make_error("cannot install the ring buffer of CPU " + std::to_string(cpu) + ": " +
                         errno_text(errno));
     if (!impl->rings) {
-      impl->rings = ring_buffer__new(fd, &Impl::on_sample, impl.get(), nullptr);
+      impl->rings = ring_buffer__new(fd, &Impl::never_read, nullptr, nullptr);
       if (!impl->rings) return make_error("cannot map ring buffer: " + errno_text(errno));
-    } else if (ring_buffer__add(impl->rings, fd, &Impl::on_sample, impl.get()) != 0) {
+    } else if (ring_buffer__add(impl->rings, fd, &Impl::never_read, nullptr) != 0) {
       return make_error("cannot map ring buffer: " + errno_text(errno));
     }
+    auto reader = std::make_unique<Impl::RingReader>();
+    reader->impl = impl.get();
+    reader->rb = ring_buffer__new(fd, &Impl::on_sample, reader.get(), nullptr);
+    if (!reader->rb) return make_error("cannot map ring buffer: " + errno_text(errno));
+    impl->readers.push_back(std::move(reader));
   }
 
   // Attach the socket programs (the TLS ones have no attach target in their SEC and are
@@ -353,6 +449,20 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
                              "/sys/kernel/tracing`)"
                            : "";
     return make_error("cannot attach fetchcost's BPF programs: " + errno_text(err) + hint);
+  }
+  Impl* self = impl.get();
+  impl->reader = std::thread([self] { self->run_reader(); });
+  if (options.realtime_reader) {
+    sched_param param{};
+    param.sched_priority = 1;  // the lowest real-time priority: above every normal thread
+    const int rc = pthread_setschedparam(impl->reader.native_handle(), SCHED_FIFO, &param);
+    impl->reader_realtime = rc == 0;
+    if (rc != 0)
+      impl->reader_priority_error = "cannot make the ring reader a real-time thread (" +
+                                    errno_text(rc) +
+                                    "): it runs at normal priority, so ring-buffer drops are more "
+                                    "likely when the host's CPUs are all busy; grant "
+                                    "CAP_SYS_NICE or set capture.realtime_reader to false";
   }
   return std::unique_ptr<Capture>(new Capture(std::move(impl)));
 }
@@ -453,13 +563,18 @@ void Capture::clear_connection_policy(std::uint64_t conn_id) {
 }
 
 Result<int> Capture::poll(int timeout_ms) {
-  // Records do not wake the reader one by one (see cfg_wakeup_bytes): wait for a wakeup or the
-  // timeout, then read whatever every ring holds.
-  int n = ring_buffer__poll(impl_->rings, timeout_ms);
-  if (n < 0 && n != -EINTR) return make_error("reading ring buffers failed: " + errno_text(n));
-  int m = ring_buffer__consume(impl_->rings);
-  if (m < 0 && m != -EINTR) return make_error("reading ring buffers failed: " + errno_text(m));
-  return (n < 0 ? 0 : n) + (m < 0 ? 0 : m);
+  // The reader thread hands records over when the rings wake it (see cfg_wakeup_bytes) or
+  // every 100 ms: wait for that or the timeout, then handle everything handed over.
+  if (const int err = impl_->reader_error.load(); err != 0)
+    return make_error("reading ring buffers failed: " + errno_text(err));
+  if (timeout_ms != 0 && impl_->spool.held_bytes() == 0) {
+    pollfd wake{impl_->spool.wake_fd(), POLLIN, 0};
+    if (::poll(&wake, 1, timeout_ms) < 0 && errno != EINTR)
+      return make_error("waiting for ring buffers failed: " + errno_text(errno));
+  }
+  const std::size_t n = impl_->spool.take(
+      [this](const void* data, std::size_t size) { impl_->handle_sample(data, size); });
+  return static_cast<int>(n);
 }
 
 std::vector<Counters> Capture::per_cpu() const {
@@ -530,6 +645,8 @@ Status Capture::status() const {
     s.totals.conn_events += c.conn_events;
   }
   s.delivered = impl_->delivered;
+  s.reader_realtime = impl_->reader_realtime;
+  s.reader_priority_error = impl_->reader_priority_error;
   s.ciphertext_suppressed = impl_->suppressed;
   return s;
 }

@@ -58,6 +58,10 @@ struct Options {
   bool deliver_tls_ciphertext = false;
   // Report the connections a target already holds when it is added (FC_ORIGIN_PROC_SCAN).
   bool scan_existing_connections = true;
+  // Run the thread that moves records out of the rings at real-time priority (SCHED_FIFO 1;
+  // needs CAP_SYS_NICE). Its work is a copy per record; at normal priority it can wait on the
+  // run queue behind a busy broker while the rings overflow.
+  bool realtime_reader = true;
 };
 
 struct Counters {
@@ -66,7 +70,7 @@ struct Counters {
   std::uint64_t copy_faults = 0;
   std::uint64_t tls_events = 0;
   std::uint64_t conn_events = 0;
-  std::uint64_t folded = 0;  // sendfiles reported by a later record (no record of their own)
+  std::uint64_t folded = 0;    // sendfiles reported by a later record (no record of their own)
   std::uint64_t gathered = 0;  // sends gathered into a later record (no record of their own)
 };
 
@@ -114,6 +118,8 @@ struct Status {
   std::vector<Counters> per_cpu;
   Counters totals;
   std::uint64_t delivered = 0;              // records handed to the handler
+  bool reader_realtime = false;             // the ring reader runs at real-time priority
+  std::string reader_priority_error;        // why not, when it was asked to
   std::uint64_t ciphertext_suppressed = 0;  // TLS ciphertext records dropped in the drain
 };
 
@@ -141,8 +147,8 @@ class Capture {
   Result<void> set_connection_policy(std::uint64_t conn_id, const Policy& policy);
   void clear_connection_policy(std::uint64_t conn_id);
 
-  // Waits up to timeout_ms for events, then drains every CPU's ring buffer.
-  // Returns the number of records handled, or an error.
+  // Waits up to timeout_ms for records, then hands every record the ring reader thread has
+  // moved out of the ring buffers to the handler. Returns how many, or an error.
   Result<int> poll(int timeout_ms);
 
   Counters totals() const;

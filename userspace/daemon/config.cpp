@@ -127,13 +127,14 @@ Result<Config> parse_config(std::string_view text) {
     r.get(doc["audit_log"], "max_bytes", "audit_log.max_bytes", c.audit_log_max_bytes);
     r.get(doc["audit_log"], "keep", "audit_log.keep", c.audit_log_keep);
   }
-  if (doc.contains("capture") &&
-      r.check_keys(doc["capture"], "capture",
-                   {"ring_kib_per_cpu", "capture_bytes", "tls_libraries", "drain_nice"})) {
+  if (doc.contains("capture") && r.check_keys(doc["capture"], "capture",
+                                              {"ring_kib_per_cpu", "capture_bytes", "tls_libraries",
+                                               "drain_nice", "realtime_reader"})) {
     r.get(doc["capture"], "ring_kib_per_cpu", "capture.ring_kib_per_cpu", c.ring_kib_per_cpu);
     r.get(doc["capture"], "capture_bytes", "capture.capture_bytes", c.capture_bytes);
     r.get(doc["capture"], "tls_libraries", "capture.tls_libraries", c.tls_libraries);
     r.get(doc["capture"], "drain_nice", "capture.drain_nice", c.drain_nice);
+    r.get(doc["capture"], "realtime_reader", "capture.realtime_reader", c.realtime_reader);
   }
   if (doc.contains("budgets") &&
       r.check_keys(doc["budgets"], "budgets",

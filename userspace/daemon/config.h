@@ -14,7 +14,8 @@
 //     "ledger": {"retention_days": 400, "hourly_days": 35},
 //     "audit_log": {"path": "", "max_bytes": 104857600, "keep": 5},
 //     "capture": {"ring_kib_per_cpu": 4096, "capture_bytes": 4096,
-//                 "tls_libraries": ["openssl", "gnutls"], "drain_nice": 0},
+//                 "tls_libraries": ["openssl", "gnutls"], "drain_nice": 0,
+//                 "realtime_reader": true},
 //     "attribution_enabled": true,
 //     "budgets": {"limits": [{"client_id": "scanner", "per_hour": 0.5},
 //                            {"group_id": "analytics", "per_hour": 2}],
@@ -65,6 +66,8 @@ struct Config {
   // little CPU, but when it waits long for a CPU the rings fill and records are lost; a host that
   // sees drops under CPU load can raise it (docs/performance.md, "Drain priority").
   int drain_nice = 0;
+  // The thread that moves records out of the rings runs at real-time priority (capture::Options).
+  bool realtime_reader = true;
   std::vector<std::string> tls_libraries = {"openssl", "gnutls"};
   bool attribution_enabled = true;
   BudgetConfig budgets;

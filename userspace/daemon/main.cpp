@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
   bool print_events = false;
   bool print_status = false;
   bool no_tls = false;
+  bool no_realtime_reader = false;
   std::vector<std::string> tls_skip;
   std::string variant = "auto";
   std::string config_path;
@@ -126,6 +127,8 @@ int main(int argc, char** argv) {
                  "Nice value of the ring-buffer drain thread (0 = unchanged)")
       ->check(CLI::Range(-20, 19))
       ->capture_default_str();
+  app.add_flag("--no-realtime-reader", no_realtime_reader,
+               "Run the thread that moves records out of the rings at normal priority");
   app.add_option("--capture-variant", variant,
                  "Socket hooks: auto, sock-tracepoints (Linux >= 6.3) or syscall-tracepoints")
       ->check(CLI::IsMember({"auto", "sock-tracepoints", "syscall-tracepoints"}))
@@ -157,6 +160,7 @@ int main(int argc, char** argv) {
     if (app.count("--capture-bytes") == 0) capture_bytes = config.capture_bytes;
     if (app.count("--ring-kib") == 0) ring_kib = config.ring_kib_per_cpu;
     if (app.count("--drain-nice") == 0) drain_nice = config.drain_nice;
+    if (!config.realtime_reader) no_realtime_reader = true;
     auto listed = [&](const std::string& lib) {
       return std::find(config.tls_libraries.begin(), config.tls_libraries.end(), lib) !=
              config.tls_libraries.end();
@@ -182,6 +186,7 @@ int main(int argc, char** argv) {
                                                        : fc::capture::Variant::kAuto;
   options.tls = !no_tls;
   options.tls_skip = tls_skip;
+  options.realtime_reader = !no_realtime_reader;
   auto service = fc::daemon::Service::create(config);
   if (!service) {
     std::fprintf(stderr, "fetchcostd: %s\n", service.error().message.c_str());
@@ -247,6 +252,11 @@ int main(int argc, char** argv) {
     set_role(config.object_store_ports, true, FC_ROLE_OBJECT_STORE, "object-store");
     std::fprintf(stderr, "fetchcostd: BPF programs (%s) attached on %d CPUs\n",
                  fc::capture::variant_name(capture->variant()), capture->cpu_count());
+    const auto status = capture->status();
+    if (status.reader_realtime)
+      std::fprintf(stderr, "fetchcostd: ring reader thread at real-time priority (SCHED_FIFO 1)\n");
+    else if (!status.reader_priority_error.empty())
+      std::fprintf(stderr, "fetchcostd: warning: %s\n", status.reader_priority_error.c_str());
     return true;
   };
   if ((*service)->attribution_enabled() && !open_capture()) return 2;
@@ -259,7 +269,8 @@ int main(int argc, char** argv) {
                  "CAP_SYS_NICE or set capture.drain_nice to 0\n",
                  drain_nice, std::strerror(errno));
   // Probes attached, listen socket bound: keep only what re-attaching needs (daemon/privileges.h).
-  if (auto caps = fc::daemon::drop_unneeded_capabilities(); !caps)
+  // A re-opened capture (attribution off, then on) makes its ring reader real-time again.
+  if (auto caps = fc::daemon::drop_unneeded_capabilities(options.realtime_reader); !caps)
     std::fprintf(stderr, "fetchcostd: warning: %s\n", caps.error().message.c_str());
   else
     std::fprintf(stderr, "fetchcostd: capabilities now %s\n", caps->c_str());

@@ -12,7 +12,9 @@
 //   CAP_SYS_RESOURCE      kernels < 5.11 charge BPF maps to RLIMIT_MEMLOCK on every re-attach;
 //   CAP_SYS_PTRACE        /proc/PID/{maps,fd,root} of a broker run by another user or with
 //                         more capabilities (TLS libraries, connections open at attach);
-//   CAP_DAC_READ_SEARCH   the broker's log dirs and libraries whatever their permissions.
+//   CAP_DAC_READ_SEARCH   the broker's log dirs and libraries whatever their permissions;
+//   CAP_SYS_NICE          only with capture.realtime_reader: a re-opened capture (attribution
+//                         off, then on) makes its new ring reader thread real-time again.
 // Everything else is dropped from the effective, permitted, inheritable and ambient sets and from
 // the bounding set, so no child (a budget command) can get it back.
 #pragma once
@@ -25,6 +27,6 @@ namespace fc::daemon {
 
 // Drops everything but the capabilities listed above. Returns the effective set after, in
 // libcap's text form (e.g. "cap_dac_read_search,...=ep"), for the log.
-Result<std::string> drop_unneeded_capabilities();
+Result<std::string> drop_unneeded_capabilities(bool keep_sys_nice);
 
 }  // namespace fc::daemon

@@ -590,6 +590,8 @@ struct Service::Impl {
       doc["programs"] = programs;
       doc["probes_attached"] = m.probes_attached;
       doc["ring_bytes_per_cpu"] = capture_status.ring_bytes_per_cpu;
+      doc["ring_reader"] = {{"realtime", capture_status.reader_realtime},
+                            {"error", capture_status.reader_priority_error}};
       nlohmann::json events_per_cpu = nlohmann::json::array();
       for (const auto& c : capture_status.per_cpu) events_per_cpu.push_back(c.events);
       doc["events_per_cpu"] = events_per_cpu;

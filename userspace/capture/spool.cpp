@@ -1,0 +1,91 @@
+#include "capture/spool.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+namespace fc::capture {
+
+Spool::Spool(std::size_t max_bytes, std::size_t chunk_bytes)
+    : max_bytes_(max_bytes), chunk_bytes_(chunk_bytes) {
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  filling_.reserve(chunk_bytes_);
+}
+
+Spool::~Spool() {
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+std::vector<std::uint8_t> Spool::fresh_chunk() {
+  std::lock_guard lock(mutex_);
+  if (spares_.empty()) {
+    std::vector<std::uint8_t> chunk;
+    chunk.reserve(chunk_bytes_);
+    return chunk;
+  }
+  std::vector<std::uint8_t> chunk = std::move(spares_.back());
+  spares_.pop_back();
+  return chunk;
+}
+
+void Spool::push(const void* data, std::size_t size) {
+  const std::size_t need = kHeader + padded(size);
+  if (!filling_.empty() && filling_.size() + need > chunk_bytes_) {
+    const std::size_t bytes = filling_.size();
+    {
+      std::lock_guard lock(mutex_);
+      ready_.push_back(std::move(filling_));
+    }
+    held_.fetch_add(bytes, std::memory_order_relaxed);
+    filling_ = fresh_chunk();
+  }
+  const std::size_t at = filling_.size();
+  filling_.resize(at + need);  // a record larger than a chunk gets a larger chunk
+  const auto size32 = static_cast<std::uint32_t>(size);
+  std::memcpy(filling_.data() + at, &size32, sizeof size32);
+  std::memset(filling_.data() + at + sizeof size32, 0, kHeader - sizeof size32);
+  std::memcpy(filling_.data() + at + kHeader, data, size);
+}
+
+void Spool::publish() {
+  if (!filling_.empty()) {
+    const std::size_t bytes = filling_.size();
+    {
+      std::lock_guard lock(mutex_);
+      ready_.push_back(std::move(filling_));
+    }
+    held_.fetch_add(bytes, std::memory_order_relaxed);
+    filling_ = fresh_chunk();
+  }
+  bool waiting;
+  {
+    std::lock_guard lock(mutex_);
+    waiting = !ready_.empty();
+  }
+  if (waiting) {
+    const std::uint64_t one = 1;
+    if (write(wake_fd_, &one, sizeof one) < 0) { /* the counter is full: already readable */
+    }
+  }
+}
+
+std::vector<std::vector<std::uint8_t>> Spool::take_chunks() {
+  std::uint64_t count;
+  if (read(wake_fd_, &count, sizeof count) < 0) { /* nothing signalled: still take what is there */
+  }
+  std::vector<std::vector<std::uint8_t>> taken;
+  std::lock_guard lock(mutex_);
+  taken.swap(ready_);
+  return taken;
+}
+
+void Spool::give_back(std::vector<std::vector<std::uint8_t>> chunks, std::size_t bytes) {
+  held_.fetch_sub(bytes, std::memory_order_relaxed);
+  std::lock_guard lock(mutex_);
+  for (auto& chunk : chunks) {
+    if (spares_.size() >= kSpares) break;
+    chunk.clear();
+    spares_.push_back(std::move(chunk));
+  }
+}
+
+}  // namespace fc::capture

@@ -1,0 +1,73 @@
+// spool: records on their way from the ring buffers to the drain. The capture's reader thread
+// moves every record out of the kernel rings as soon as they wake it (a copy, nothing else) and
+// the drain thread takes them from here at its own pace. Only the move has to be prompt: when
+// the drain waited on the run queue behind a busy broker and its clients, the rings filled and
+// records were lost; held here, they wait in memory instead (up to max_bytes, then the reader
+// leaves them in the rings, whose drops are counted as before). One writer, one reader.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace fc::capture {
+
+class Spool {
+ public:
+  explicit Spool(std::size_t max_bytes, std::size_t chunk_bytes = 1u << 20);
+  ~Spool();
+  Spool(const Spool&) = delete;
+  Spool& operator=(const Spool&) = delete;
+
+  // Writer: copies one record in. Not visible to the reader before publish().
+  void push(const void* data, std::size_t size);
+  // Writer: hands over what was pushed and makes wake_fd() readable.
+  void publish();
+  // Writer: the reader has not taken max_bytes yet; read no more from the rings for now.
+  bool full() const { return held_.load(std::memory_order_relaxed) >= max_bytes_; }
+
+  // Reader: calls f(data, size) for every published record, in push order. Returns how many.
+  template <class F>
+  std::size_t take(F&& f) {
+    std::vector<std::vector<std::uint8_t>> chunks = take_chunks();
+    std::size_t n = 0, bytes = 0;
+    for (const auto& chunk : chunks) {
+      for (std::size_t at = 0; at + kHeader <= chunk.size();) {
+        std::uint32_t size;
+        std::memcpy(&size, chunk.data() + at, sizeof size);
+        f(static_cast<const void*>(chunk.data() + at + kHeader), std::size_t{size});
+        at += kHeader + padded(size);
+        ++n;
+      }
+      bytes += chunk.size();
+    }
+    give_back(std::move(chunks), bytes);
+    return n;
+  }
+  // Readable while published records wait (an eventfd): poll() it to wait for records.
+  int wake_fd() const { return wake_fd_; }
+  // Bytes published and not taken yet.
+  std::size_t held_bytes() const { return held_.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr std::size_t kHeader = 8;  // u32 size, u32 padding: records stay 8-aligned
+  static constexpr std::size_t kSpares = 4;  // emptied chunks kept for reuse
+  static std::size_t padded(std::size_t n) { return (n + 7) & ~std::size_t{7}; }
+  std::vector<std::vector<std::uint8_t>> take_chunks();
+  void give_back(std::vector<std::vector<std::uint8_t>> chunks, std::size_t bytes);
+  std::vector<std::uint8_t> fresh_chunk();  // writer: a spare one, or a new one
+
+  const std::size_t max_bytes_;
+  const std::size_t chunk_bytes_;
+  int wake_fd_ = -1;
+  std::vector<std::uint8_t> filling_;  // writer only
+  std::atomic<std::size_t> held_{0};
+  std::mutex mutex_;  // guards ready_ and spares_
+  std::vector<std::vector<std::uint8_t>> ready_;
+  std::vector<std::vector<std::uint8_t>> spares_;
+};
+
+}  // namespace fc::capture
