@@ -8,16 +8,20 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -126,6 +130,13 @@ struct Capture::Impl {
   std::thread reader;
   std::atomic<bool> stop_reader{false};
   std::atomic<int> reader_error{0};  // a negative errno from reading the rings
+  // flush(): the drain asks for a pass now (kick_fd, in the rings' epoll set) and waits until a
+  // pass that began after its request (kicks) is done (covered).
+  int kick_fd = -1;
+  std::atomic<std::uint64_t> kicks{0};
+  std::uint64_t covered = 0;  // under pass_mutex
+  std::mutex pass_mutex;
+  std::condition_variable pass_done;
   bool reader_realtime = false;
   std::string reader_priority_error;
   std::vector<int> ring_fds;
@@ -145,6 +156,7 @@ struct Capture::Impl {
       stop_reader = true;
       reader.join();
     }
+    if (kick_fd >= 0) close(kick_fd);
     targets.clear();  // uprobe links first
     if (rings) ring_buffer__free(rings);
     for (auto& r : readers)
@@ -213,9 +225,18 @@ struct Capture::Impl {
           reader_error = -errno;
           break;
         }
+        std::uint64_t count;
+        if (read(kick_fd, &count, sizeof count) < 0) { /* not kicked */
+        }
       }
+      const std::uint64_t asked = kicks.load();
       const int r = read_rings();
       spool.publish();
+      {
+        std::lock_guard lock(pass_mutex);
+        covered = asked;
+      }
+      pass_done.notify_all();
       if (r < 0) {
         reader_error = r;
         break;
@@ -223,6 +244,17 @@ struct Capture::Impl {
       again = r > 0;
     }
     spool.publish();
+  }
+
+  // Drain thread: everything in the rings now reaches the spool before this returns (or after
+  // 100 ms, should the reader be stuck).
+  void flush() {
+    const std::uint64_t ask = kicks.fetch_add(1) + 1;
+    const std::uint64_t one = 1;
+    if (write(kick_fd, &one, sizeof one) < 0) { /* the counter is full: already kicked */
+    }
+    std::unique_lock lock(pass_mutex);
+    pass_done.wait_for(lock, std::chrono::milliseconds(100), [&] { return covered >= ask; });
   }
 
   void handle_sample(const void* data, std::size_t size) {
@@ -450,6 +482,13 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
                            : "";
     return make_error("cannot attach fetchcost's BPF programs: " + errno_text(err) + hint);
   }
+  impl->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  epoll_event kick{};
+  kick.events = EPOLLIN;
+  kick.data.u32 = ~0u;
+  if (impl->kick_fd < 0 ||
+      epoll_ctl(ring_buffer__epoll_fd(impl->rings), EPOLL_CTL_ADD, impl->kick_fd, &kick) != 0)
+    return make_error("cannot set up the ring reader: " + errno_text(errno));
   Impl* self = impl.get();
   impl->reader = std::thread([self] { self->run_reader(); });
   if (options.realtime_reader) {
@@ -572,6 +611,9 @@ Result<int> Capture::poll(int timeout_ms) {
     if (::poll(&wake, 1, timeout_ms) < 0 && errno != EINTR)
       return make_error("waiting for ring buffers failed: " + errno_text(errno));
   }
+  // Nothing handed over (no ring crossed its wakeup mark): read what the rings hold now, as a
+  // drain reading them itself would.
+  if (impl_->spool.held_bytes() == 0) impl_->flush();
   const std::size_t n = impl_->spool.take(
       [this](const void* data, std::size_t size) { impl_->handle_sample(data, size); });
   return static_cast<int>(n);
