@@ -50,6 +50,20 @@ def programs_of(pid):
     return len(prog_ids_of(pid))
 
 
+def ring_reader_policies(pid):
+    """Scheduling policy (field 41 of stat: 1 = SCHED_FIFO) of each fc-ring-reader thread."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if open(f"/proc/{pid}/task/{tid}/comm").read().strip() != "fc-ring-reader":
+                continue
+            stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+        except OSError:
+            continue
+        out.append(int(stat.rsplit(")", 1)[1].split()[38]))
+    return out
+
+
 def loaded_prog_ids():
     out = subprocess.run(["bpftool", "prog", "list", "-j"], capture_output=True, text=True).stdout
     return {p["id"] for p in json.loads(out or "[]")}
@@ -131,6 +145,9 @@ def main():
         check(metric(base, "fetchcost_probes_attached") == 0, "probes_attached metric is 0")
         http(base + "/api/v1/attribution", '{"enabled": true}')
         check(wait_until(lambda: programs_of(proc.pid) >= 2), "attribution on: probes attached again")
+        # After the capabilities were dropped: CAP_SYS_NICE was kept for the new capture's reader.
+        check(wait_until(lambda: ring_reader_policies(proc.pid) == [1]),
+              f"attribution on: one ring reader, real-time again ({ring_reader_policies(proc.pid)})")
 
         write_config(price_table="no-such-price-table")
         proc.send_signal(signal.SIGHUP)

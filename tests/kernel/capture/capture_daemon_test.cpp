@@ -90,6 +90,24 @@ int thread_nice(pid_t pid, const std::string& tid) {
   return std::stoi(field);
 }
 
+// A thread's name and scheduling policy: /proc/PID/task/TID/comm, and field 41 of its stat
+// (0 SCHED_OTHER, 1 SCHED_FIFO).
+std::string thread_comm(pid_t pid, const std::string& tid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + tid + "/comm");
+  std::string comm;
+  std::getline(in, comm);
+  return comm;
+}
+int thread_policy(pid_t pid, const std::string& tid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + tid + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 41 && rest >> field; ++i) {
+  }
+  return std::stoi(field);
+}
+
 bool wait_for(const std::string& path, const std::string& needle, int ms) {
   for (int i = 0; i < ms / 20; ++i) {
     std::ifstream in(path);
@@ -112,14 +130,20 @@ void check_restart(const std::vector<std::string>& selector, const std::string& 
   // The ring-buffer drain (the main thread) runs at --drain-nice, the other threads (HTTP,
   // ledger saver) at the priority fetchcostd started with.
   CHECK(thread_nice(d.pid, std::to_string(d.pid)) == -5);
-  int others = 0;
+  CHECK(thread_policy(d.pid, std::to_string(d.pid)) == SCHED_OTHER);
+  int others = 0, readers = 0;
   for (const auto& t :
        std::filesystem::directory_iterator("/proc/" + std::to_string(d.pid) + "/task")) {
     if (t.path().filename() == std::to_string(d.pid)) continue;
     ++others;
     CHECK(thread_nice(d.pid, t.path().filename()) == getpriority(PRIO_PROCESS, 0));
+    // The ring reader alone runs at real-time priority (capture.realtime_reader).
+    const bool reader = thread_comm(d.pid, t.path().filename()) == "fc-ring-reader";
+    readers += reader;
+    CHECK(thread_policy(d.pid, t.path().filename()) == (reader ? SCHED_FIFO : SCHED_OTHER));
   }
-  CHECK(others >= 1);
+  CHECK(others >= 2);
+  CHECK(readers == 1);
   pid_t first = spawn_workload(marker, cgroup_dir);
   int status = 0;
   REQUIRE(waitpid(first, &status, 0) == first);

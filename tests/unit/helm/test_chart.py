@@ -13,7 +13,7 @@ import unittest
 import helmtest
 from helmtest import RenderError, objects, one, render
 
-LEAST_CAPS = ["BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE", "DAC_READ_SEARCH"]
+LEAST_CAPS = ["BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE", "DAC_READ_SEARCH", "SYS_NICE"]
 
 NON_DEFAULT = {
     "fullnameOverride": "fc",
@@ -430,7 +430,7 @@ class Notes(unittest.TestCase):
     def test_notes_render(self):
         self.assertIn("DaemonSet fetchcost in kafka\n(privileged)", self.notes())
         lp = self.notes("privileged=false", "serviceMonitor.enabled=true")
-        self.assertIn("least-privilege mode: BPF, PERFMON, SYS_RESOURCE, SYS_PTRACE, DAC_READ_SEARCH", lp)
+        self.assertIn("least-privilege mode: BPF, PERFMON, SYS_RESOURCE, SYS_PTRACE, DAC_READ_SEARCH, SYS_NICE", lp)
         self.assertIn("ServiceMonitor created", lp)
 
 
