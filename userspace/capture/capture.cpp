@@ -124,13 +124,15 @@ struct Capture::Impl {
   static constexpr std::size_t kSpoolBytes = 64u << 20;
 
   fetchcost_capture* skel = nullptr;
-  ring_buffer* rings = nullptr;  // every ring, for waiting only (its epoll fd): never consumed
+  // The reader waits here: every reader's epoll fd, and kick_fd. (Not a ring_buffer of all
+  // rings: a second mapping of each ring doubles fetchcostd's resident size as reported.)
+  int wait_fd = -1;
   std::vector<std::unique_ptr<RingReader>> readers;
   Spool spool{kSpoolBytes};
   std::thread reader;
   std::atomic<bool> stop_reader{false};
   std::atomic<int> reader_error{0};  // a negative errno from reading the rings
-  // flush(): the drain asks for a pass now (kick_fd, in the rings' epoll set) and waits until a
+  // flush(): the drain asks for a pass now (kick_fd, in wait_fd) and waits until a
   // pass that began after its request (kicks) is done (covered).
   int kick_fd = -1;
   std::atomic<std::uint64_t> kicks{0};
@@ -158,7 +160,7 @@ struct Capture::Impl {
     }
     if (kick_fd >= 0) close(kick_fd);
     targets.clear();  // uprobe links first
-    if (rings) ring_buffer__free(rings);
+    if (wait_fd >= 0) close(wait_fd);
     for (auto& r : readers)
       if (r->rb) ring_buffer__free(r->rb);
     for (int fd : ring_fds) close(fd);
@@ -182,9 +184,6 @@ struct Capture::Impl {
     reader->impl->spool.push(data, size);
     return ++reader->taken >= kRingTurn ? kTurnOver : 0;
   }
-
-  // The waiting ring_buffer is never consumed; libbpf wants a callback all the same.
-  static int never_read(void*, void*, std::size_t) { return 0; }
 
   // Moves records from the rings into the spool in turns of at most kRingTurn records per
   // ring, until all are empty, the spool is full, or kRingTurns turns. Returns true when
@@ -220,7 +219,7 @@ struct Capture::Impl {
       }
       if (!again) {
         epoll_event ready[8];
-        const int n = epoll_wait(ring_buffer__epoll_fd(rings), ready, 8, 100);
+        const int n = epoll_wait(wait_fd, ready, 8, 100);
         if (n < 0 && errno != EINTR) {
           reader_error = -errno;
           break;
@@ -460,12 +459,6 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
     if (bpf_map_update_elem(outer_fd, &key, &fd, BPF_ANY) != 0)
       return make_error("cannot install the ring buffer of CPU " + std::to_string(cpu) + ": " +
                         errno_text(errno));
-    if (!impl->rings) {
-      impl->rings = ring_buffer__new(fd, &Impl::never_read, nullptr, nullptr);
-      if (!impl->rings) return make_error("cannot map ring buffer: " + errno_text(errno));
-    } else if (ring_buffer__add(impl->rings, fd, &Impl::never_read, nullptr) != 0) {
-      return make_error("cannot map ring buffer: " + errno_text(errno));
-    }
     auto reader = std::make_unique<Impl::RingReader>();
     reader->impl = impl.get();
     reader->rb = ring_buffer__new(fd, &Impl::on_sample, reader.get(), nullptr);
@@ -482,13 +475,18 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
                            : "";
     return make_error("cannot attach fetchcost's BPF programs: " + errno_text(err) + hint);
   }
+  impl->wait_fd = epoll_create1(EPOLL_CLOEXEC);
   impl->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  epoll_event kick{};
-  kick.events = EPOLLIN;
-  kick.data.u32 = ~0u;
-  if (impl->kick_fd < 0 ||
-      epoll_ctl(ring_buffer__epoll_fd(impl->rings), EPOLL_CTL_ADD, impl->kick_fd, &kick) != 0)
+  if (impl->wait_fd < 0 || impl->kick_fd < 0)
     return make_error("cannot set up the ring reader: " + errno_text(errno));
+  std::vector<int> waited{impl->kick_fd};
+  for (const auto& r : impl->readers) waited.push_back(ring_buffer__epoll_fd(r->rb));
+  for (int fd : waited) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    if (epoll_ctl(impl->wait_fd, EPOLL_CTL_ADD, fd, &ev) != 0)
+      return make_error("cannot set up the ring reader: " + errno_text(errno));
+  }
   Impl* self = impl.get();
   impl->reader = std::thread([self] { self->run_reader(); });
   if (options.realtime_reader) {
