@@ -79,33 +79,28 @@ struct Daemon {
   }
 };
 
-// A thread's nice value: field 19 of /proc/PID/task/TID/stat (after the parenthesised name).
-int thread_nice(pid_t pid, const std::string& tid) {
+// Field N of /proc/PID/task/TID/stat (counted from 1; those after the parenthesised name).
+int thread_stat_field(pid_t pid, const std::string& tid, int n) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + tid + "/stat");
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::istringstream rest(stat.substr(stat.rfind(')') + 2));
   std::string field;
-  for (int i = 3; i <= 19 && rest >> field; ++i) {
+  for (int i = 3; i <= n && rest >> field; ++i) {
   }
   return std::stoi(field);
 }
+int thread_nice(pid_t pid, const std::string& tid) {
+  return thread_stat_field(pid, tid, 19);
+}
+int thread_policy(pid_t pid, const std::string& tid) {  // 0 SCHED_OTHER, 1 SCHED_FIFO
+  return thread_stat_field(pid, tid, 41);
+}
 
-// A thread's name and scheduling policy: /proc/PID/task/TID/comm, and field 41 of its stat
-// (0 SCHED_OTHER, 1 SCHED_FIFO).
 std::string thread_comm(pid_t pid, const std::string& tid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + tid + "/comm");
   std::string comm;
   std::getline(in, comm);
   return comm;
-}
-int thread_policy(pid_t pid, const std::string& tid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + tid + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
-  std::string field;
-  for (int i = 3; i <= 41 && rest >> field; ++i) {
-  }
-  return std::stoi(field);
 }
 
 bool wait_for(const std::string& path, const std::string& needle, int ms) {
