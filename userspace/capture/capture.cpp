@@ -186,8 +186,8 @@ struct Capture::Impl {
   }
 
   // Moves records from the rings into the spool in turns of at most kRingTurn records per
-  // ring, until all are empty, the spool is full, or kRingTurns turns. Returns true when
-  // records may be left (read again without waiting), or a negative errno as int.
+  // ring, until all are empty, the spool is full, or kRingTurns turns. Returns 0 when the rings
+  // were emptied, 1 when records may be left (read again without waiting), or a negative errno.
   int read_rings() {
     for (int turn = 0; turn < kRingTurns; ++turn) {
       if (spool.full()) return 1;
