@@ -62,9 +62,9 @@ struct Config {
   int audit_log_keep = 5;
   std::size_t ring_kib_per_cpu = 4096;
   std::uint32_t capture_bytes = 4096;
-  // Nice value of the thread that drains the ring buffers (0: left as started). It needs
-  // little CPU, but when it waits long for a CPU the rings fill and records are lost; a host that
-  // sees drops under CPU load can raise it (docs/performance.md, "Drain priority").
+  // Nice value of the drain thread, which decodes and attributes the records (0: left as
+  // started). The ring reader moves records out of the rings on its own, so when the drain
+  // waits for a CPU they wait in memory (docs/performance.md, "Ring reader").
   int drain_nice = 0;
   // The thread that moves records out of the rings runs at real-time priority (capture::Options).
   bool realtime_reader = true;

@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--ring-kib", ring_kib, "Ring buffer size per CPU, KiB")->capture_default_str();
   app.add_option("--drain-nice", drain_nice,
-                 "Nice value of the ring-buffer drain thread (0 = unchanged)")
+                 "Nice value of the drain thread, which decodes the records (0 = unchanged)")
       ->check(CLI::Range(-20, 19))
       ->capture_default_str();
   app.add_flag("--no-realtime-reader", no_realtime_reader,
