@@ -114,7 +114,7 @@ struct Capture::Impl {
   // turns (read_rings): libbpf's consume reads one ring for as long as records keep arriving
   // in it, so a busy CPU's ring could hold the reader while another CPU's ring overflowed.
   struct RingReader {
-    Impl* impl = nullptr;
+    Spool* spool = nullptr;
     ring_buffer* rb = nullptr;
     std::size_t taken = 0;  // records read in this turn
   };
@@ -181,7 +181,7 @@ struct Capture::Impl {
 
   static int on_sample(void* ctx, void* data, std::size_t size) {
     auto* reader = static_cast<RingReader*>(ctx);
-    reader->impl->spool.push(data, size);
+    reader->spool->push(data, size);
     return ++reader->taken >= kRingTurn ? kTurnOver : 0;
   }
 
@@ -242,7 +242,6 @@ struct Capture::Impl {
       }
       again = r > 0;
     }
-    spool.publish();
   }
 
   // Drain thread: everything in the rings now reaches the spool before this returns (or after
@@ -460,7 +459,7 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
       return make_error("cannot install the ring buffer of CPU " + std::to_string(cpu) + ": " +
                         errno_text(errno));
     auto reader = std::make_unique<Impl::RingReader>();
-    reader->impl = impl.get();
+    reader->spool = &impl->spool;
     reader->rb = ring_buffer__new(fd, &Impl::on_sample, reader.get(), nullptr);
     if (!reader->rb) return make_error("cannot map ring buffer: " + errno_text(errno));
     impl->readers.push_back(std::move(reader));

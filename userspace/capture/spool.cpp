@@ -47,19 +47,16 @@ void Spool::push(const void* data, std::size_t size) {
 }
 
 void Spool::publish() {
-  if (!filling_.empty()) {
-    const std::size_t bytes = filling_.size();
-    {
-      std::lock_guard lock(mutex_);
-      ready_.push_back(std::move(filling_));
-    }
-    held_.fetch_add(bytes, std::memory_order_relaxed);
-    filling_ = fresh_chunk();
-  }
+  const std::size_t bytes = filling_.size();
   bool waiting;
   {
     std::lock_guard lock(mutex_);
+    if (bytes > 0) ready_.push_back(std::move(filling_));
     waiting = !ready_.empty();
+  }
+  if (bytes > 0) {
+    held_.fetch_add(bytes, std::memory_order_relaxed);
+    filling_ = fresh_chunk();
   }
   if (waiting) {
     const std::uint64_t one = 1;

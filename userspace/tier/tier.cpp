@@ -263,6 +263,15 @@ struct LocalTierMap::Impl {
     if (wd >= 0) watches[wd] = Watch{path, log_dir_index, name, awaiting};
   }
 
+  // Partition watches still asking for IN_CLOSE_WRITE whose topic id a scan has since found:
+  // their mask drops it (same wd).
+  void settle_watch_masks() {
+    std::vector<Watch> settled;
+    for (const auto& [wd, w] : watches)
+      if (w.awaiting_id && topic_id_known(w.log_dir_index, w.partition_dir)) settled.push_back(w);
+    for (const Watch& w : settled) add_partition_watch(w.log_dir_index, w.partition_dir);
+  }
+
   // Returns true when a full rescan is needed.
   bool handle_events() {
     alignas(inotify_event) char buffer[16 * 1024];
@@ -366,7 +375,7 @@ Result<void> LocalTierMap::start() {
     m.add_watches();  // before the scan, so nothing changes unseen in between
   }
   m.full_scan();
-  if (m.inotify_fd >= 0) m.add_watches();  // again: partitions with a topic id need less
+  m.settle_watch_masks();
   m.stopping = false;
   m.watcher = std::thread([&m] { m.run(); });
   return {};
