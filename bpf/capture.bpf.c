@@ -7,10 +7,13 @@
  *   sock_*      tp_btf/sock_send_length, tp_btf/sock_recv_length (Linux >= 6.3) and
  *               tp_btf/inet_sock_set_state: fire inside every socket send/receive with the
  *               struct sock, never for file I/O. The syscall's arguments come from the task's
- *               saved registers. Identity: the socket cookie.
+ *               saved registers. Identity: the socket cookie. State: socket-local storage
+ *               (`conn_store`), found from the socket without a hash lookup and freed with it.
  *   sc_*        tracepoint/syscalls/sys_{enter,exit}_* (Linux >= 5.8): the data calls, accept,
  *               accept4, connect, close. The fd is resolved to its socket by CO-RE reads.
- *               Identity: a synthetic id per (socket, accept/connect/first sighting).
+ *               Identity: a synthetic id per (socket, accept/connect/first sighting). State: the
+ *               `conns` hash, keyed by the socket's address (a probe-read socket pointer
+ *               cannot reach socket-local storage).
  * The TLS uprobes (tls_*) are shared; userspace attaches them per target process and library.
  *
  * Every program returns at once unless the current tgid is a target (`target_bits`, one load). */
@@ -40,10 +43,19 @@ const volatile __u32 cfg_self_tgid = 0; /* never trace fetchcostd itself */
  * (the ring buffer's default) costs an irq_work (an IPI, a VM exit under virtualisation) of
  * about a microsecond. Userspace polls with a timeout, so records never wait longer than it. */
 const volatile __u64 cfg_wakeup_bytes = 1;
+/* 1 when the syscall-tracepoint variant is loaded: sock_set_state (loaded with both) then
+ * finds connections in `conns`, not in socket-local storage. */
+const volatile __u8 cfg_conns_by_address = 0;
 
 /* Written by userspace at run time (skeleton .bss). */
 __u64 policy_epoch = 0; /* bumped whenever a policy map changes: connections re-resolve */
 __u32 tls_hooks = 0;    /* number of attached TLS uprobes; 0 skips the TLS bookkeeping */
+/* Entries in `tls_calls` (TLS library calls in progress). While there are none, a socket call
+ * skips the lookup of its thread's entry: a hash lookup per call for every target that links
+ * a TLS library, most of which never call it on their Kafka connections. Counted where an
+ * entry is inserted or deleted (by the return value), so it is never below the number of
+ * entries; a thread reads it after its own uprobe counted its call. */
+__s64 tls_calls_open = 0;
 __u64 next_conn_id = 0; /* synthetic connection ids (fallback variant) */
 
 struct ringbuf_map {
@@ -82,7 +94,7 @@ struct {
   __type(value, struct fc_policy);
 } conn_policy SEC(".maps");
 
-/* Per connection, keyed by the struct sock address (validated by conn_id on the sock variant). */
+/* Per connection: socket-local storage on the sock variant, the `conns` hash on the fallback. */
 struct conn_state {
   __u64 conn_id;
   __u64 pos[2];
@@ -104,12 +116,25 @@ struct conn_state {
   __u32 pad2;
   __u64 resp_end; /* RESP_IN: send-stream position where the current response ends */
 };
+/* Fallback variant: keyed by the struct sock address. Userspace shrinks it on the sock variant,
+ * which does not use it. */
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
   __uint(max_entries, 65536);
   __type(key, __u64);
   __type(value, struct conn_state);
 } conns SEC(".maps");
+
+/* Sock variant: a connection's state lives with its socket. Per event this replaces a hash
+ * lookup (an LRU one: it also writes the entry's reference bit) and a socket-cookie read that
+ * told a reused socket address from the connection it once held; a socket's storage is freed
+ * with it, so there is nothing stale to tell apart, and no cap on the connections tracked. */
+struct {
+  __uint(type, BPF_MAP_TYPE_SK_STORAGE);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, int);
+  __type(value, struct conn_state);
+} conn_store SEC(".maps");
 
 /* Gathered sends (sock variant, Kafka client connections; see fetchcost_abi.h): the sends of a
  * response after its first one are copied here instead of into a record each, and leave as one
@@ -182,15 +207,22 @@ struct {
   __type(value, struct fc_tls_call);
 } tls_calls SEC(".maps");
 
-/* A TLS session: its socket and its plaintext stream positions. */
+/* A TLS session: its connection (a copy of its identity, taken from the call that bound it) and
+ * its plaintext stream positions. */
 struct tls_key {
   __u64 obj;
   __u32 tgid;
   __u32 pad;
 };
 struct tls_state {
-  __u64 conn_key;
+  __u64 conn_id; /* 0: not bound to a connection yet */
   __u64 pos[2];
+  __u64 policy_epoch; /* policy valid when == policy_epoch + 1 */
+  struct fc_policy policy;
+  __u32 generation;
+  __s32 fd;
+  __u16 local_port;
+  __u16 peer_port;
   __u8 recv_run; /* the last call was a read (object-store role: the next one is body) */
   __u8 pad[7];
 };
@@ -348,20 +380,28 @@ static __always_inline void fill_common(struct fc_event_common* c, __u16 kind, _
   fill_common_task(c, kind, pid_tgid, 0);
 }
 
-static __always_inline void resolve_policy(struct conn_state* st, const struct fc_target* t) {
+/* The policy of a connection (its own rule, else its local port's, else its peer port's, else
+ * the target's default), cached in `*policy` until the policy maps change. */
+static __always_inline void resolve_policy_of(__u64 conn_id, __u16 local_port, __u16 peer_port,
+                                              struct fc_policy* policy, __u64* cached_epoch,
+                                              const struct fc_target* t) {
   __u64 epoch = policy_epoch;
-  if (st->policy_epoch == epoch + 1) return;
-  struct fc_policy* p = bpf_map_lookup_elem(&conn_policy, &st->conn_id);
+  if (*cached_epoch == epoch + 1) return;
+  struct fc_policy* p = bpf_map_lookup_elem(&conn_policy, &conn_id);
   if (!p) {
-    struct fc_port_key k = {.port = st->local_port, .side = 0};
+    struct fc_port_key k = {.port = local_port, .side = 0};
     p = bpf_map_lookup_elem(&port_policy, &k);
   }
   if (!p) {
-    struct fc_port_key k = {.port = st->peer_port, .side = 1};
+    struct fc_port_key k = {.port = peer_port, .side = 1};
     p = bpf_map_lookup_elem(&port_policy, &k);
   }
-  st->policy = p ? *p : t->default_policy;
-  st->policy_epoch = epoch + 1;
+  *policy = p ? *p : t->default_policy;
+  *cached_epoch = epoch + 1;
+}
+
+static __always_inline void resolve_policy(struct conn_state* st, const struct fc_target* t) {
+  resolve_policy_of(st->conn_id, st->local_port, st->peer_port, &st->policy, &st->policy_epoch, t);
 }
 
 static __always_inline __u32 next_generation(__u32 tgid, __s32 fd, __u64 conn_id) {
@@ -377,34 +417,37 @@ static __always_inline __u32 next_generation(__u32 tgid, __s32 fd, __u64 conn_id
   return fresh.generation;
 }
 
-/* Creates the state of a connection seen for the first time and reports it. `sk` may be an
- * untrusted pointer: every read is a CO-RE probe read. Returns 0 for sockets we do not track. */
-static __always_inline struct conn_state* new_conn(__u64 key, struct sock* sk, __u64 conn_id,
-                                                   __s32 fd, __u8 origin, __u64 pid_tgid) {
-  struct conn_state st = {};
-  st.conn_id = conn_id;
-  st.tgid = pid_tgid >> 32;
-  st.fd = fd;
+/* Fills the state of a connection seen for the first time. `sk` may be an untrusted pointer:
+ * every read is a CO-RE probe read. Returns 0 for sockets we do not track (`st->ignored`). */
+static __always_inline int init_conn(struct conn_state* st, struct sock* sk, __u64 conn_id,
+                                     __s32 fd, __u64 pid_tgid) {
+  st->conn_id = conn_id;
+  st->tgid = pid_tgid >> 32;
+  st->fd = fd;
   __u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
   __u16 type = BPF_CORE_READ(sk, sk_type);
   if ((family != AF_INET && family != AF_INET6) || type != SOCK_STREAM) {
-    st.ignored = 1;
-    bpf_map_update_elem(&conns, &key, &st, BPF_ANY);
+    st->ignored = 1;
     return 0;
   }
-  st.generation = next_generation(st.tgid, fd, conn_id);
-  st.local_port = BPF_CORE_READ(sk, __sk_common.skc_num);
-  st.peer_port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-  bpf_map_update_elem(&conns, &key, &st, BPF_ANY);
+  st->generation = next_generation(st->tgid, fd, conn_id);
+  st->local_port = BPF_CORE_READ(sk, __sk_common.skc_num);
+  st->peer_port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+  return 1;
+}
 
+/* Reports a new connection, whose state was stored as `live` (0 if storing it failed). */
+static __always_inline void report_conn(const struct conn_state* st, struct conn_state* live,
+                                        struct sock* sk, __u8 origin, __u64 pid_tgid) {
   struct fc_conn_event ev = {};
   fill_common(&ev.c, FC_EVENT_CONNECT, pid_tgid);
-  ev.c.conn_id = conn_id;
-  ev.c.generation = st.generation;
-  ev.c.fd = fd;
+  ev.c.conn_id = st->conn_id;
+  ev.c.generation = st->generation;
+  ev.c.fd = st->fd;
+  __u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
   ev.family = family;
-  ev.local_port = st.local_port;
-  ev.peer_port = st.peer_port;
+  ev.local_port = st->local_port;
+  ev.peer_port = st->peer_port;
   ev.origin = origin;
   if (family == AF_INET) {
     bpf_core_read(ev.local_addr, 4, &sk->__sk_common.skc_rcv_saddr);
@@ -413,14 +456,36 @@ static __always_inline struct conn_state* new_conn(__u64 key, struct sock* sk, _
     bpf_core_read(ev.local_addr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
     bpf_core_read(ev.peer_addr, 16, &sk->__sk_common.skc_v6_daddr);
   }
-  struct conn_state* live = bpf_map_lookup_elem(&conns, &key);
   if (live) {
-    struct fc_target* t = bpf_map_lookup_elem(&targets, &st.tgid);
+    struct fc_target* t = bpf_map_lookup_elem(&targets, &st->tgid);
     if (t) resolve_policy(live, t);
     ev.c.role = live->policy.role;
   }
   count(FC_COUNTER_CONN_EVENTS);
   submit(&ev, sizeof(ev));
+}
+
+/* Fallback variant: creates the state of a connection seen for the first time, in `conns` under
+ * `key`, and reports it. Returns 0 for sockets we do not track. */
+static __always_inline struct conn_state* new_conn(__u64 key, struct sock* sk, __u64 conn_id,
+                                                   __s32 fd, __u8 origin, __u64 pid_tgid) {
+  struct conn_state st = {};
+  int tracked = init_conn(&st, sk, conn_id, fd, pid_tgid);
+  bpf_map_update_elem(&conns, &key, &st, BPF_ANY);
+  if (!tracked) return 0;
+  struct conn_state* live = bpf_map_lookup_elem(&conns, &key);
+  report_conn(&st, live, sk, origin, pid_tgid);
+  return live;
+}
+
+/* Sock variant: the same in the socket's own storage (`sk` is a trusted pointer). */
+static __always_inline struct conn_state* new_sock_conn(struct sock* sk, __u64 conn_id, __s32 fd,
+                                                        __u8 origin, __u64 pid_tgid) {
+  struct conn_state st = {};
+  int tracked = init_conn(&st, sk, conn_id, fd, pid_tgid);
+  struct conn_state* live = bpf_sk_storage_get(&conn_store, sk, &st, BPF_SK_STORAGE_GET_F_CREATE);
+  if (!tracked) return 0;
+  report_conn(&st, live, sk, origin, pid_tgid);
   return live;
 }
 
@@ -760,8 +825,8 @@ static __always_inline void start_response(struct conn_state* st, __u64 pos, __u
 /* One data event for a target's socket call. a0..a3 are the syscall's arguments (fd, buffer,
  * count/iovcnt, flags) when `src` names a syscall, else ignored. */
 static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __u64 pid_tgid,
-                                      __u64 conn_key, __u8 src, __u64 buf, __u64 cnt, __u32 ret,
-                                      __u8 direction, struct task_struct* task) {
+                                      __u8 src, __u64 buf, __u64 cnt, __u32 ret, __u8 direction,
+                                      struct task_struct* task) {
   if (st->policy_epoch != policy_epoch + 1) { /* the target's default policy is needed */
     struct fc_target* t = target_of(pid_tgid >> 32);
     if (!t) return; /* being removed */
@@ -797,11 +862,15 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   /* A TLS library call in progress on this thread owns this socket. The hooked calls (SSL_read,
    * SSL_write, gnutls_record_recv/send) move bytes with read/write/send/recv calls, never with
    * sendfile or splice: those, most of a broker's sends for local fetches, skip the lookup. */
-  if (tls_hooks && src != FC_SRC_SENDFILE && src != FC_SRC_SPLICE) {
+  if (tls_calls_open > 0 && src != FC_SRC_SENDFILE && src != FC_SRC_SPLICE) {
     __u32 tid = (__u32)pid_tgid;
     struct fc_tls_call* call = bpf_map_lookup_elem(&tls_calls, &tid);
     if (call) {
-      call->conn_key = conn_key;
+      call->conn_id = st->conn_id;
+      call->generation = st->generation;
+      call->fd = st->fd;
+      call->local_port = st->local_port;
+      call->peer_port = st->peer_port;
       st->tls = 1;
     }
   }
@@ -947,19 +1016,17 @@ static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 
     arg_cnt = regs->dx;
   }
 
-  __u64 key = (__u64)sk;
-  __u64 cookie = bpf_get_socket_cookie(sk);
-  struct conn_state* st = bpf_map_lookup_elem(&conns, &key);
-  if (!st || st->conn_id != cookie) {
-    st = new_conn(key, sk, cookie, fd, FC_ORIGIN_FIRST_DATA, pid_tgid);
+  struct conn_state* st = bpf_sk_storage_get(&conn_store, sk, 0, 0);
+  if (!st) {
+    st = new_sock_conn(sk, bpf_get_socket_cookie(sk), fd, FC_ORIGIN_FIRST_DATA, pid_tgid);
     if (!st) return 0;
   } else if (st->ignored) {
     return 0;
   } else if (st->fd < 0 && fd >= 0) { /* first seen without an fd (io_uring): learn it now */
     st->fd = fd;
-    st->generation = next_generation(pid_tgid >> 32, fd, cookie);
+    st->generation = next_generation(pid_tgid >> 32, fd, st->conn_id);
   }
-  emit_data(st, sk, pid_tgid, key, src, arg_buf, arg_cnt, (__u32)ret, direction, task);
+  emit_data(st, sk, pid_tgid, src, arg_buf, arg_cnt, (__u32)ret, direction, task);
   return 0;
 }
 
@@ -980,6 +1047,14 @@ int BPF_PROG(sock_recv_length, struct sock* sk, int ret, int flags) {
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(sock_set_state, struct sock* sk, int oldstate, int newstate) {
   if (newstate != TCP_CLOSE) return 0;
+  if (!cfg_conns_by_address) {
+    struct conn_state* st = bpf_sk_storage_get(&conn_store, sk, 0, 0);
+    if (!st) return 0;
+    if (!st->ignored) emit_close(st, sk, bpf_get_current_pid_tgid());
+    /* Gone now, not when the socket is freed: a socket connected again is a new connection. */
+    bpf_sk_storage_delete(&conn_store, sk);
+    return 0;
+  }
   __u64 key = (__u64)sk;
   struct conn_state* st = bpf_map_lookup_elem(&conns, &key);
   if (!st) return 0;
@@ -1124,7 +1199,7 @@ static __always_inline int sc_exit(struct fc_syscall_exit* ctx) {
   __u32 len = (__u32)ret;
   if (src == FC_SRC_RECVMMSG || src == FC_SRC_SENDMMSG) len = mmsg_total(a.args[1], ret);
   if (len == 0) return 0;
-  emit_data(st, 0, pid_tgid, key, src, a.args[1], a.args[2], len, direction, 0);
+  emit_data(st, 0, pid_tgid, src, a.args[1], a.args[2], len, direction, 0);
   return 0;
 }
 
@@ -1174,10 +1249,13 @@ static __always_inline int tls_enter(__u64 obj, __u64 buf, __u64 len_ptr, __u8 d
                              .int_ret = int_ret,
                              .lib = lib,
                              .tgid = pid_tgid >> 32};
-  /* BPF_ANY: a call whose return was never seen (uprobes detached mid-call) must not shadow
-   * this one; if one entry point ever calls another, the inner call reports and the outer one
-   * finds no entry, so the bytes are reported once. */
-  bpf_map_update_elem(&tls_calls, &tid, &call, BPF_ANY);
+  /* Replaces any entry: a call whose return was never seen (uprobes detached mid-call) must not
+   * shadow this one; if one entry point ever calls another, the inner call reports and the
+   * outer one finds no entry, so the bytes are reported once. Only a new entry is counted. */
+  if (bpf_map_update_elem(&tls_calls, &tid, &call, BPF_NOEXIST) == 0)
+    __sync_fetch_and_add(&tls_calls_open, 1);
+  else
+    bpf_map_update_elem(&tls_calls, &tid, &call, BPF_EXIST);
   return 0;
 }
 
@@ -1215,7 +1293,7 @@ int BPF_KRETPROBE(tls_exit, long rc) {
   struct fc_tls_call* cp = bpf_map_lookup_elem(&tls_calls, &tid);
   if (!cp) return 0;
   struct fc_tls_call call = *cp;
-  bpf_map_delete_elem(&tls_calls, &tid);
+  if (bpf_map_delete_elem(&tls_calls, &tid) == 0) __sync_fetch_and_sub(&tls_calls_open, 1);
 
   __u64 n = 0;
   if (call.ex) {
@@ -1230,9 +1308,13 @@ int BPF_KRETPROBE(tls_exit, long rc) {
 
   struct tls_key tk = {.obj = call.obj, .tgid = pid_tgid >> 32};
   struct tls_state* ts = bpf_map_lookup_elem(&tls_sessions, &tk);
-  if (!ts || (call.conn_key && ts->conn_key != call.conn_key)) {
-    struct tls_state fresh = {.conn_key = call.conn_key};
-    if (ts && !ts->conn_key) { /* bound late: keep the positions counted so far */
+  if (!ts || (call.conn_id && ts->conn_id != call.conn_id)) {
+    struct tls_state fresh = {.conn_id = call.conn_id,
+                              .generation = call.generation,
+                              .fd = call.fd,
+                              .local_port = call.local_port,
+                              .peer_port = call.peer_port};
+    if (ts && !ts->conn_id) { /* bound late: keep the positions counted so far */
       fresh.pos[0] = ts->pos[0];
       fresh.pos[1] = ts->pos[1];
     }
@@ -1242,13 +1324,6 @@ int BPF_KRETPROBE(tls_exit, long rc) {
   }
   __u8 dir = call.direction & 1;
   __u64 pos = __sync_fetch_and_add(&ts->pos[dir], n);
-
-  struct conn_state* st = 0;
-  if (ts->conn_key) {
-    __u64 key = ts->conn_key;
-    st = bpf_map_lookup_elem(&conns, &key);
-    if (st && st->ignored) st = 0;
-  }
 
   struct event_buf* ev = scratch_buf();
   if (!ev) return 0;
@@ -1264,13 +1339,13 @@ int BPF_KRETPROBE(tls_exit, long rc) {
   ev->hdr.tls_lib = call.lib;
   ev->hdr.hole_before = 0;
   struct fc_policy pol = t->default_policy;
-  if (st) {
-    st->tls = 1;
-    resolve_policy(st, t);
-    pol = st->policy;
-    ev->hdr.c.conn_id = st->conn_id;
-    ev->hdr.c.generation = st->generation;
-    ev->hdr.c.fd = st->fd;
+  if (ts->conn_id) {
+    resolve_policy_of(ts->conn_id, ts->local_port, ts->peer_port, &ts->policy, &ts->policy_epoch,
+                      t);
+    pol = ts->policy;
+    ev->hdr.c.conn_id = ts->conn_id;
+    ev->hdr.c.generation = ts->generation;
+    ev->hdr.c.fd = ts->fd;
     ev->hdr.c.flags = 0;
   } else {
     ev->hdr.c.conn_id = 0;

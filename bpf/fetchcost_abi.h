@@ -225,15 +225,23 @@ FC_STATIC_ASSERT(sizeof(struct fc_port_key) == 4, "fc_port_key layout changed");
 struct fc_tls_call {
   fc_u64 obj; /* SSL* / gnutls_session_t */
   fc_u64 buf;
-  fc_u64 len_ptr;  /* size_t* of SSL_read_ex/SSL_write_ex */
-  fc_u64 conn_key; /* socket the library touched during this call */
+  fc_u64 len_ptr; /* size_t* of SSL_read_ex/SSL_write_ex */
+  /* The connection the library touched during this call (conn_id 0: none yet). A copy of its
+   * identity, so the return probe needs no map of connections: on the sock-tracepoint variant
+   * the connection's state is socket-local storage, out of a uprobe's reach. */
+  fc_u64 conn_id;
+  fc_u32 generation;
+  fc_s32 fd;
+  fc_u16 local_port;
+  fc_u16 peer_port;
   fc_u8 direction;
   fc_u8 ex;
   fc_u8 int_ret;
   fc_u8 lib;
   fc_u32 tgid;
+  fc_u32 pad;
 };
-FC_STATIC_ASSERT(sizeof(struct fc_tls_call) == 40, "fc_tls_call layout changed");
+FC_STATIC_ASSERT(sizeof(struct fc_tls_call) == 56, "fc_tls_call layout changed");
 
 /* Per-CPU self counters, indexed by enum fc_counter in a per-CPU array. */
 enum fc_counter {

@@ -439,6 +439,12 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
                         " (lower the ring size or raise the memory limit)");
     impl->ring_fds.push_back(fd);
   }
+  // The fallback keeps connections in a hash keyed by socket address; the sock variant keeps
+  // them in socket-local storage and leaves the hash empty (one entry per CPU, not 64 Ki
+  // preallocated ones: about 10 MiB of kernel memory).
+  impl->skel->rodata->cfg_conns_by_address = impl->variant == Variant::kSyscallTracepoints;
+  if (impl->variant == Variant::kSockTracepoints)
+    bpf_map__set_max_entries(impl->skel->maps.conns, static_cast<__u32>(impl->cpus));
   bpf_map__set_max_entries(impl->skel->maps.ringbufs, static_cast<__u32>(impl->cpus));
   bpf_map__set_max_entries(impl->skel->maps.scratch, static_cast<__u32>(impl->cpus));
   if (bpf_map__set_inner_map_fd(impl->skel->maps.ringbufs, impl->ring_fds[0]) != 0)
@@ -557,7 +563,9 @@ void Capture::remove_target(pid_t tgid) {
     fc_tls_call call{};
     if (bpf_map_lookup_elem(calls_fd, &tid, &call) == 0 && call.tgid == key) stale.push_back(tid);
   }
-  for (__u32 t : stale) bpf_map_delete_elem(calls_fd, &t);
+  for (__u32 t : stale)
+    if (bpf_map_delete_elem(calls_fd, &t) == 0)
+      __atomic_sub_fetch(&impl_->skel->bss->tls_calls_open, 1, __ATOMIC_SEQ_CST);
 }
 
 std::vector<pid_t> Capture::targets() const {
@@ -687,6 +695,7 @@ Status Capture::status() const {
   s.reader_realtime = impl_->reader_realtime;
   s.reader_priority_error = impl_->reader_priority_error;
   s.ciphertext_suppressed = impl_->suppressed;
+  s.tls_calls_in_progress = __atomic_load_n(&impl_->skel->bss->tls_calls_open, __ATOMIC_RELAXED);
   return s;
 }
 

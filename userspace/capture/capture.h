@@ -121,6 +121,7 @@ struct Status {
   bool reader_realtime = false;             // the ring reader runs at real-time priority
   std::string reader_priority_error;        // why not, when it was asked to
   std::uint64_t ciphertext_suppressed = 0;  // TLS ciphertext records dropped in the drain
+  std::int64_t tls_calls_in_progress = 0;   // TLS library calls between their two probes
 };
 
 class Capture {

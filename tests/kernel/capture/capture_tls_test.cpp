@@ -121,6 +121,25 @@ int openssl_scenario(Child& self, const CertDir& certs) {
   return 0;
 }
 
+// The server blocks in SSL_read (the client sends nothing) until the parent has looked, then
+// the client writes and the read returns.
+int openssl_blocked_read_scenario(Child& self, const CertDir& certs) {
+  Pair p;
+  SSL *s = nullptr, *c = nullptr;
+  if (int rc = openssl_pair_reported(self, certs, p, &s, &c)) return rc;
+  int n = 0;
+  char buf[16384];
+  std::thread reader([&] { n = SSL_read(s, buf, sizeof(buf)); });
+  self.report(2);
+  self.wait_parent();
+  const int wrote = SSL_write(c, kRequest1.data(), static_cast<int>(kRequest1.size()));
+  reader.join();
+  if (wrote != static_cast<int>(kRequest1.size()) || n <= 0) return 13;
+  self.report(1);
+  self.wait_parent();
+  return 0;
+}
+
 int gnutls_scenario(Child& self, const CertDir& certs) {
   Pair p;
   if (!open_pair(p)) return 10;
@@ -250,6 +269,7 @@ void run_pair(Variant variant, bool gnutls, bool skip_gnutls) {
     CHECK((r.common.flags & FC_FLAG_TLS_CIPHERTEXT) == 0);
   CHECK(status.ciphertext_suppressed > 0);
   CHECK(status.totals.tls_events >= 4);
+  CHECK(status.tls_calls_in_progress == 0);  // every call returned: none left counted
   CHECK(status.totals.drops == 0);
 }
 
@@ -352,6 +372,40 @@ TEST_CASE("OpenSSL pair: plaintext both ways, bound to its connections, sock tra
 TEST_CASE("OpenSSL pair: plaintext both ways, syscall tracepoints") {
   run_pair(Variant::kSyscallTracepoints, false, false);
 }
+// Socket calls look up their thread's TLS call only while some call is counted in progress: the
+// count must never fall below the calls really in progress (their sockets would then pass as
+// plaintext), nor stay above once none is (every socket call would pay the lookup again).
+TEST_CASE("a TLS call in progress is counted until it returns or its target is removed") {
+  fc::testing::require_root("loading BPF programs and uprobes");
+  REQUIRE(fc::capture::check_environment().ok());
+  CertDir certs;
+  Collector col({.ring_bytes_per_cpu = 4 << 20,
+                 .default_policy = {16384, 16384, FC_ROLE_OTHER},
+                 .variant = Variant::kSockTracepoints});
+  Child target([&](Child& c) { return openssl_blocked_read_scenario(c, certs); });
+  target.go();
+  target.receive();
+  target.receive();
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  CHECK(col.capture->status().tls_calls_in_progress == 0);
+  target.nod();
+  CHECK(target.receive() == 2);
+  // The reader thread enters SSL_read on its own schedule.
+  std::int64_t during = 0;
+  for (int i = 0; i < 200 && during == 0; ++i) {
+    usleep(10000);
+    during = col.capture->status().tls_calls_in_progress;
+  }
+  CHECK(during == 1);
+  col.capture->remove_target(target.pid());
+  CHECK(col.capture->status().tls_calls_in_progress == 0);
+  target.nod();  // the read returns through a detached return probe: nothing to count out
+  CHECK(target.receive() == 1);
+  CHECK(col.capture->status().tls_calls_in_progress == 0);
+  target.nod();
+  CHECK(target.wait() == 0);
+}
+
 TEST_CASE("GnuTLS pair: plaintext both ways, sock tracepoints") {
   run_pair(Variant::kSockTracepoints, true, false);
 }
