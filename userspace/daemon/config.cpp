@@ -83,12 +83,15 @@ Result<Config> parse_config(std::string_view text) {
   Reader r;
   if (!r.check_keys(
           doc, "",
-          {"listen", "targets", "kafka_ports", "object_store", "log_dirs", "price_table", "sensors",
-           "state_dir", "ledger", "audit_log", "capture", "attribution_enabled", "budgets"}))
+          {"listen", "targets", "kafka_ports", "object_store", "log_dirs", "log_dirs_inotify",
+           "log_dirs_rescan_seconds", "price_table", "sensors", "state_dir", "ledger", "audit_log",
+           "capture", "attribution_enabled", "budgets"}))
     return make_error(r.error);
   r.get(doc, "listen", "listen", c.listen);
   r.get_ports(doc, "kafka_ports", "kafka_ports", c.kafka_ports);
   r.get(doc, "log_dirs", "log_dirs", c.log_dirs);
+  r.get(doc, "log_dirs_inotify", "log_dirs_inotify", c.log_dirs_inotify);
+  r.get(doc, "log_dirs_rescan_seconds", "log_dirs_rescan_seconds", c.log_dirs_rescan_seconds);
   r.get(doc, "price_table", "price_table", c.price_table);
   r.get(doc, "state_dir", "state_dir", c.state_dir);
   r.get(doc, "attribution_enabled", "attribution_enabled", c.attribution_enabled);
@@ -177,6 +180,8 @@ Result<Config> parse_config(std::string_view text) {
         c.budgets.webhook + "\"");
   if (c.max_sensors < 1 || c.max_sensors > 10'000'000)
     return make_error("config field \"sensors.max_sensors\": must be from 1 to 10000000");
+  if (!(c.log_dirs_rescan_seconds >= 1 && c.log_dirs_rescan_seconds <= 3600))
+    return make_error("config field \"log_dirs_rescan_seconds\": must be from 1 to 3600");
   if (c.idle_expiry_seconds <= 0)
     return make_error("config field \"sensors.idle_expiry_seconds\": must be positive");
   if (c.ring_kib_per_cpu < 4 || c.ring_kib_per_cpu > (1u << 20))

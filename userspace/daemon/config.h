@@ -8,6 +8,7 @@
 //     "object_store": {"ports": [443], "cidrs": [], "hosts": [".amazonaws.com"],
 //                      "key_layout": "aiven", "virtual_host_suffixes": []},
 //     "log_dirs": ["/var/lib/kafka/data"],
+//     "log_dirs_inotify": true, "log_dirs_rescan_seconds": 30,
 //     "price_table": "aws-s3-standard-same-region",
 //     "sensors": {"max_sensors": 10000, "idle_expiry_seconds": 900, "partition_label": false},
 //     "state_dir": "/var/lib/fetchcost",
@@ -48,6 +49,12 @@ struct Config {
   std::string key_layout = "aiven";
   std::vector<std::string> virtual_host_suffixes;
   std::vector<std::string> log_dirs;
+  // The log dirs are watched with inotify and rescanned whole every log_dirs_rescan_seconds.
+  // Without inotify, the rescans alone keep the local tier current: a watch on a filesystem
+  // costs the broker a parent lookup (__fsnotify_parent) on every read and write of a file on
+  // it (0.1% of its CPU here, docs/performance.md).
+  bool log_dirs_inotify = true;
+  double log_dirs_rescan_seconds = 30;
   std::string price_table = "aws-s3-standard-same-region";
   std::size_t max_sensors = 10'000;
   double idle_expiry_seconds = 900;

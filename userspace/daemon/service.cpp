@@ -707,8 +707,11 @@ Result<std::unique_ptr<Service>> Service::create(const Config& config) {
   if (!prices) return make_error("price_table: " + prices.error().message);
   impl->currency = prices->currency;
   if (!config.log_dirs.empty()) {
-    impl->tier_map =
-        std::make_unique<tier::LocalTierMap>(tier::Options{.log_dirs = config.log_dirs});
+    impl->tier_map = std::make_unique<tier::LocalTierMap>(
+        tier::Options{.log_dirs = config.log_dirs,
+                      .rescan_interval = std::chrono::milliseconds(
+                          static_cast<std::int64_t>(config.log_dirs_rescan_seconds * 1000)),
+                      .use_inotify = config.log_dirs_inotify});
     if (auto r = impl->tier_map->start(); !r) return make_error("log_dirs: " + r.error().message);
     impl->tier_view = std::make_unique<pipeline::TierView>(*impl->tier_map);
   }

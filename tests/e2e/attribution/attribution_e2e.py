@@ -67,6 +67,8 @@ def main():
                     help="replays of the scanner tenant (0: until the tenants stop)")
     ap.add_argument("--storage-errors", action="store_true",
                     help="delete one remote segment from s3rver first: GETs of it fail (404)")
+    ap.add_argument("--log-dirs-rescan-only", action="store_true",
+                    help="log_dirs_inotify false: periodic rescans alone keep the local tier")
     args = ap.parse_args()
     if os.geteuid() != 0:
         if os.environ.get("CI") == "true":
@@ -91,6 +93,9 @@ def main():
             "audit_log": {"path": os.path.join(workdir, "audit.jsonl")},
             "price_table": "aws-s3-standard-internet",
         }
+        if args.log_dirs_rescan_only:
+            config["log_dirs_inotify"] = False
+            config["log_dirs_rescan_seconds"] = 1
         if args.transport == "gnutls":  # GnuTLS stands in for a JVM's TLS: not hooked, opaque
             config["capture"] = {"tls_libraries": ["openssl"]}
         with open(os.path.join(workdir, "fetchcost.json"), "w") as f:
@@ -105,6 +110,16 @@ def main():
             fail(f"fetchcostd did not become ready: {e}")
         if args.prometheus:
             prom, prom_base = scenario.start_prometheus(workdir, f"127.0.0.1:{port}")
+        inotify_fds = 0
+        for fd in os.listdir(f"/proc/{fc.pid}/fd"):
+            try:
+                inotify_fds += os.readlink(f"/proc/{fc.pid}/fd/{fd}") == "anon_inode:inotify"
+            except OSError:
+                pass
+        if args.log_dirs_rescan_only and inotify_fds:
+            fail(f"log_dirs_inotify false, yet fetchcostd holds {inotify_fds} inotify fds")
+        if not args.log_dirs_rescan_only and not os.environ.get("NO_TIER") and not inotify_fds:
+            fail("fetchcostd watches no log dir with inotify")
 
         if args.storage_errors:
             # The first remote segment of partition 0 vanishes from the bucket: every read of it
