@@ -1321,6 +1321,9 @@ int BPF_KRETPROBE(tls_exit, long rc) {
     bpf_map_update_elem(&tls_sessions, &tk, &fresh, BPF_ANY);
     ts = bpf_map_lookup_elem(&tls_sessions, &tk);
     if (!ts) return 0;
+  } else if (call.conn_id && (ts->generation != call.generation || ts->fd != call.fd)) {
+    ts->generation = call.generation; /* its fd learned late (first seen from io_uring) */
+    ts->fd = call.fd;
   }
   __u8 dir = call.direction & 1;
   __u64 pos = __sync_fetch_and_add(&ts->pos[dir], n);
