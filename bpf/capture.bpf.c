@@ -215,14 +215,10 @@ struct tls_key {
   __u32 pad;
 };
 struct tls_state {
-  __u64 conn_id; /* 0: not bound to a connection yet */
+  struct fc_conn_ident conn; /* conn_id 0: not bound to a connection yet */
   __u64 pos[2];
   __u64 policy_epoch; /* policy valid when == policy_epoch + 1 */
   struct fc_policy policy;
-  __u32 generation;
-  __s32 fd;
-  __u16 local_port;
-  __u16 peer_port;
   __u8 recv_run; /* the last call was a read (object-store role: the next one is body) */
   __u8 pad[7];
 };
@@ -866,11 +862,11 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
     __u32 tid = (__u32)pid_tgid;
     struct fc_tls_call* call = bpf_map_lookup_elem(&tls_calls, &tid);
     if (call) {
-      call->conn_id = st->conn_id;
-      call->generation = st->generation;
-      call->fd = st->fd;
-      call->local_port = st->local_port;
-      call->peer_port = st->peer_port;
+      call->conn.conn_id = st->conn_id;
+      call->conn.generation = st->generation;
+      call->conn.fd = st->fd;
+      call->conn.local_port = st->local_port;
+      call->conn.peer_port = st->peer_port;
       st->tls = 1;
     }
   }
@@ -1308,22 +1304,17 @@ int BPF_KRETPROBE(tls_exit, long rc) {
 
   struct tls_key tk = {.obj = call.obj, .tgid = pid_tgid >> 32};
   struct tls_state* ts = bpf_map_lookup_elem(&tls_sessions, &tk);
-  if (!ts || (call.conn_id && ts->conn_id != call.conn_id)) {
-    struct tls_state fresh = {.conn_id = call.conn_id,
-                              .generation = call.generation,
-                              .fd = call.fd,
-                              .local_port = call.local_port,
-                              .peer_port = call.peer_port};
-    if (ts && !ts->conn_id) { /* bound late: keep the positions counted so far */
+  if (!ts || (call.conn.conn_id && ts->conn.conn_id != call.conn.conn_id)) {
+    struct tls_state fresh = {.conn = call.conn};
+    if (ts && !ts->conn.conn_id) { /* bound late: keep the positions counted so far */
       fresh.pos[0] = ts->pos[0];
       fresh.pos[1] = ts->pos[1];
     }
     bpf_map_update_elem(&tls_sessions, &tk, &fresh, BPF_ANY);
     ts = bpf_map_lookup_elem(&tls_sessions, &tk);
     if (!ts) return 0;
-  } else if (call.conn_id && (ts->generation != call.generation || ts->fd != call.fd)) {
-    ts->generation = call.generation; /* its fd learned late (first seen from io_uring) */
-    ts->fd = call.fd;
+  } else if (call.conn.conn_id) { /* the same connection: its fd may have been learned since */
+    ts->conn = call.conn;
   }
   __u8 dir = call.direction & 1;
   __u64 pos = __sync_fetch_and_add(&ts->pos[dir], n);
@@ -1342,13 +1333,13 @@ int BPF_KRETPROBE(tls_exit, long rc) {
   ev->hdr.tls_lib = call.lib;
   ev->hdr.hole_before = 0;
   struct fc_policy pol = t->default_policy;
-  if (ts->conn_id) {
-    resolve_policy_of(ts->conn_id, ts->local_port, ts->peer_port, &ts->policy, &ts->policy_epoch,
-                      t);
+  if (ts->conn.conn_id) {
+    resolve_policy_of(ts->conn.conn_id, ts->conn.local_port, ts->conn.peer_port, &ts->policy,
+                      &ts->policy_epoch, t);
     pol = ts->policy;
-    ev->hdr.c.conn_id = ts->conn_id;
-    ev->hdr.c.generation = ts->generation;
-    ev->hdr.c.fd = ts->fd;
+    ev->hdr.c.conn_id = ts->conn.conn_id;
+    ev->hdr.c.generation = ts->conn.generation;
+    ev->hdr.c.fd = ts->conn.fd;
     ev->hdr.c.flags = 0;
   } else {
     ev->hdr.c.conn_id = 0;

@@ -222,6 +222,17 @@ FC_STATIC_ASSERT(sizeof(struct fc_port_key) == 4, "fc_port_key layout changed");
 
 /* Map `tls_calls` value (key: tid): a TLS library call between its uprobe and its uretprobe.
  * Userspace only reads it, to forget the calls of a target it stops watching. */
+/* A connection's identity as its records carry it, and the ports its policy is chosen by. */
+struct fc_conn_ident {
+  fc_u64 conn_id; /* 0: no connection */
+  fc_u32 generation;
+  fc_s32 fd;
+  fc_u16 local_port;
+  fc_u16 peer_port;
+  fc_u32 pad;
+};
+FC_STATIC_ASSERT(sizeof(struct fc_conn_ident) == 24, "fc_conn_ident layout changed");
+
 struct fc_tls_call {
   fc_u64 obj; /* SSL* / gnutls_session_t */
   fc_u64 buf;
@@ -229,17 +240,12 @@ struct fc_tls_call {
   /* The connection the library touched during this call (conn_id 0: none yet). A copy of its
    * identity, so the return probe needs no map of connections: on the sock-tracepoint variant
    * the connection's state is socket-local storage, out of a uprobe's reach. */
-  fc_u64 conn_id;
-  fc_u32 generation;
-  fc_s32 fd;
-  fc_u16 local_port;
-  fc_u16 peer_port;
+  struct fc_conn_ident conn;
   fc_u8 direction;
   fc_u8 ex;
   fc_u8 int_ret;
   fc_u8 lib;
   fc_u32 tgid;
-  fc_u32 pad;
 };
 FC_STATIC_ASSERT(sizeof(struct fc_tls_call) == 56, "fc_tls_call layout changed");
 
