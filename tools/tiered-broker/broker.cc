@@ -581,6 +581,10 @@ void NetThread::run() {
 
 void NetThread::on_readable(uint64_t id, Conn& c) {
   if (c.ssl && c.tls_handshaking) {
+    // SSL_get_error reads this thread's error queue: an error left there by another connection
+    // (a peer that closed without close_notify) would turn this one's WANT_READ into a failure
+    // and drop a healthy client. OpenSSL's rule: clear the queue before every TLS I/O call.
+    ERR_clear_error();
     int rc = SSL_accept(c.ssl);
     if (rc == 1) {
       c.tls_handshaking = false;
@@ -595,6 +599,7 @@ void NetThread::on_readable(uint64_t id, Conn& c) {
   while (true) {
     ssize_t n;
     if (c.ssl) {
+      ERR_clear_error();  // see SSL_accept above
       n = SSL_read(c.ssl, buf, sizeof buf);
       if (n <= 0) {
         int e = SSL_get_error(c.ssl, int(n));
@@ -766,6 +771,7 @@ bool NetThread::flush_tls(Conn& c) {
     c.piece = 1;
   }
   while (c.tls_out_done < c.tls_out.size()) {
+    ERR_clear_error();  // see SSL_accept in on_readable
     int n = SSL_write(c.ssl, c.tls_out.data() + c.tls_out_done,
                       int(std::min<size_t>(c.tls_out.size() - c.tls_out_done, 1 << 20)));
     if (n <= 0) {

@@ -347,7 +347,59 @@ def test_tls_listener(world_args):
                             bootstrap=bs, tls=True)
             check(all(first.get(p) == 0 for p in range(PARTITIONS)),
                   f"{client} consumed through the SSL listener from offset 0")
+        tls_peers_survive_abrupt_closes(bs)
     reconcile(world)
+
+
+def tls_peers_survive_abrupt_closes(bootstrap, healthy=4, abrupt=6):
+    """Peers that drop their TLS connection without close_notify (a killed client, a reset pod)
+    must not take healthy connections down with them. (OpenSSL leaves an error on the serving
+    thread's queue; read without clearing it, the next WANT_READ looks like a failure: CI saw
+    kafkajs get "Closed connection" this way.)"""
+    import ssl
+    host, port = bootstrap.rsplit(":", 1)
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+
+    def api_versions(conn, corr):  # ApiVersions v0, hand-encoded; returns the correlation id
+        req = struct.pack(">hhih", 18, 0, corr, 3) + b"raw"
+        conn.sendall(struct.pack(">i", len(req)) + req)
+        head = b""
+        while len(head) < 8:
+            chunk = conn.recv(8 - len(head))
+            if not chunk:
+                raise Failure("the broker closed a healthy TLS connection")
+            head += chunk
+        size, got = struct.unpack(">ii", head)
+        left = size - 4
+        while left > 0:
+            chunk = conn.recv(min(left, 65536))
+            if not chunk:
+                raise Failure("the broker closed a healthy TLS connection mid-response")
+            left -= len(chunk)
+        return got
+
+    kept = []
+    for i in range(healthy):  # more than the network threads: every thread serves one
+        conn = ctx.wrap_socket(socket.create_connection((host, int(port)), timeout=10))
+        check(api_versions(conn, i) == i, "ApiVersions answered on a fresh TLS connection")
+        kept.append(conn)
+    for _ in range(abrupt):  # handshake, half a frame, then close the TCP socket only
+        conn = ctx.wrap_socket(socket.create_connection((host, int(port)), timeout=10))
+        conn.sendall(b"\x00\x00")
+        socket.socket.close(conn)  # SSLSocket.close would be the same; this says it: no TLS close
+    time.sleep(0.5)
+    failed = 0
+    for i, conn in enumerate(kept):
+        try:
+            check(api_versions(conn, 100 + i) == 100 + i, "ApiVersions answered")
+        except (Failure, OSError) as e:
+            failed += 1
+            print(f"  healthy connection {i}: {e}")
+        conn.close()
+    check(failed == 0, f"{failed} of {healthy} healthy TLS connections were closed after "
+                       f"{abrupt} other peers went away without close_notify")
+    print(f"  {healthy} TLS connections survived {abrupt} abrupt peer closes")
 
 
 def test_remote_fetch_modes(world_args):
