@@ -31,6 +31,7 @@ class S3Connection {
       ssl_ = SSL_new(static_cast<SSL_CTX*>(ctx));
       SSL_set_fd(ssl_, fd_);
       SSL_set_tlsext_host_name(ssl_, host.c_str());
+      ERR_clear_error();  // the message below must name this handshake's error, not a stale one
       if (SSL_connect(ssl_) != 1) {
         *error = "OpenSSL handshake with the S3 endpoint failed: " +
                  std::string(ERR_reason_error_string(ERR_get_error()) ?: "unknown");
