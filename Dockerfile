@@ -20,7 +20,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev \
-      libbpfcc-dev nlohmann-json3-dev doctest-dev libcli11-dev libpcap-dev \
+      nlohmann-json3-dev doctest-dev libcli11-dev libpcap-dev \
       libspdlog-dev libfmt-dev libncurses-dev libssl-dev libgnutls28-dev libcpp-httplib-dev \
       libcap-dev \
  && rm -rf /var/lib/apt/lists/*
@@ -38,12 +38,12 @@ ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="fetchcost" \
       org.opencontainers.image.description="Attributes Kafka tiered-storage remote reads and their cost to client-ids, with eBPF" \
       org.opencontainers.image.version="${VERSION}"
-# The shared libraries of fetchcostd (libbpf, libbcc, cpp-httplib, libcap) and of the
-# fetchcost CLI (libpcap, ncurses); their own dependencies (libelf, zlib, LLVM for libbcc) follow.
+# The shared libraries of fetchcostd (libbpf, libelf, cpp-httplib, libcap) and of the
+# fetchcost CLI (libpcap, ncurses); their own dependencies (zlib, OpenSSL, brotli) follow.
 # hadolint ignore=DL3008
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libbpf1 libbpfcc libcpp-httplib0.11 libpcap0.8 libncursesw6 libcap2 \
+      libbpf1 libelf1 libcpp-httplib0.11 libpcap0.8 libncursesw6 libcap2 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/ /
 RUN ! ldd /usr/bin/fetchcostd /usr/bin/fetchcost | grep -F "not found" \
