@@ -897,6 +897,42 @@ void run_small_bodies(Variant variant) {
   CHECK(w.segments[1].length < 3996);
 }
 
+// Sixteen iovecs (a first header of 1,500 bytes, then bodies of 600 and headers of 50 in turn):
+// the first keeps the whole cap it needs, every header after it is whole, every body gives at
+// least its prefix. (Before, the bodies were copied whole and the last headers were lost.)
+int many_iovecs_scenario(Child& self) {
+  std::vector<std::size_t> sizes{1500};
+  for (int i = 0; i < 15; ++i) sizes.push_back(i % 2 == 0 ? 600 : 50);
+  return writev_scenario(self, sizes);
+}
+
+void run_many_iovecs(Variant variant) {
+  const auto run =
+      run_target(variant, {4096, 4096, FC_ROLE_OTHER, 16384, 256}, many_iovecs_scenario);
+  const auto sends = side_calls(run, false, FC_DIR_SEND);
+  REQUIRE(sends.size() == 1);
+  const Record& w = sends[0];
+  CHECK(w.data.length == 1500 + 8 * 600 + 7 * 50);
+  CHECK(w.data.captured <= 4096);
+  REQUIRE(w.segments.size() == 16);
+  CHECK(w.segments[0].length == 1500);
+  std::size_t offset = 0, at = 0;
+  for (std::size_t i = 0; i < 16; ++i) {
+    INFO("iovec " << i);
+    const std::size_t size = i == 0 ? 1500 : (i % 2 == 1 ? 600 : 50);
+    const std::size_t length = w.segments[i].length;
+    CHECK(w.segments[i].offset == offset);
+    if (size == 600)
+      CHECK(length >= 256);
+    else
+      CHECK(length == size);
+    const std::string sent = pattern(size, 31 + static_cast<unsigned>(i));
+    CHECK(w.payload.substr(at, length) == sent.substr(0, length));
+    offset += size;
+    at += length;
+  }
+}
+
 }  // namespace
 
 TEST_CASE("bodies under bulk_from leave room for the headers after them, sock tracepoints") {
@@ -904,6 +940,12 @@ TEST_CASE("bodies under bulk_from leave room for the headers after them, sock tr
 }
 TEST_CASE("bodies under bulk_from leave room for the headers after them, syscall tracepoints") {
   run_small_bodies(Variant::kSyscallTracepoints);
+}
+TEST_CASE("sixteen iovecs: the first whole, every later header whole, sock tracepoints") {
+  run_many_iovecs(Variant::kSockTracepoints);
+}
+TEST_CASE("sixteen iovecs: the first whole, every later header whole, syscall tracepoints") {
+  run_many_iovecs(Variant::kSyscallTracepoints);
 }
 
 TEST_CASE("a large iovec of a vectored send gives only the bulk prefix, sock tracepoints") {
