@@ -557,13 +557,6 @@ static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u
                                         __u32 body_bytes) {
   __u32 off = 0;
   call_cap = min_u32(call_cap, FC_MAX_CAPTURE);
-  /* With bulk rules, every iovec after the first leaves room for a bulk prefix of each one
-   * after it: a Kafka response written from memory alternates partition headers and records (a
-   * remote read's records are in memory), and records under bulk_from must not use up the cap
-   * before the headers after them (the decoder skips their bytes anyway). The first iovec holds
-   * the message's own header, which the decoder needs whole: it keeps the whole cap. */
-  const __u32 iovecs = iovcnt < FC_MAX_SEGMENTS ? (__u32)iovcnt : FC_MAX_SEGMENTS;
-  const __u32 reserve_each = body_from ? body_bytes : 0;
   int i;
 #pragma unroll
   for (i = 0; i < FC_MAX_SEGMENTS; i++) {
@@ -575,11 +568,7 @@ static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u
       return;
     }
     __u32 seg = iov.iov_len < (__u64)(ret - off) ? (__u32)iov.iov_len : ret - off;
-    const __u32 left = call_cap > ev->hdr.captured ? call_cap - ev->hdr.captured : 0;
-    const __u32 reserve = iovecs > (__u32)i + 1 ? (iovecs - (__u32)i - 1) * reserve_each : 0;
-    /* At least a prefix for this one while any room is left; more only beyond the reserve. */
-    __u32 room = left > reserve + reserve_each ? left - reserve : min_u32(left, reserve_each);
-    if (!reserve_each || i == 0) room = left;
+    __u32 room = call_cap > ev->hdr.captured ? call_cap - ev->hdr.captured : 0;
     __u32 cap = body_from && iov.iov_len >= body_from ? min_u32(iov_cap, body_bytes) : iov_cap;
     __u32 want = min_u32(min_u32(seg, cap), room);
     add_segment(ev, off, want, iov.iov_base);

@@ -193,10 +193,7 @@ FC_STATIC_ASSERT(sizeof(struct fc_conn_event) == 120, "fc_conn_event layout chan
  * with nothing moved the other way in between, is inside a message body (records, an object)
  * and copies at most `bulk_bytes` (of the call, or of each iovec of a vectored call). The first
  * call of a run, where a message header sits, keeps the normal caps. In a vectored send, an
- * iovec of at least `bulk_from` bytes is a body as well and gives at most `bulk_bytes`, and
- * every iovec after the first (the message header) leaves room in the call cap for `bulk_bytes`
- * of each iovec after it (records under `bulk_from` between partition headers must not push the
- * headers out). */
+ * iovec of at least `bulk_from` bytes is a body as well and gives at most `bulk_bytes`. */
 struct fc_policy {
   fc_u32 bytes_per_call;  /* total captured bytes per call, <= FC_MAX_CAPTURE */
   fc_u32 bytes_per_iovec; /* captured bytes per iovec (readv/writev/sendmsg/recvmsg) */
