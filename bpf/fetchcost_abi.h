@@ -193,7 +193,9 @@ FC_STATIC_ASSERT(sizeof(struct fc_conn_event) == 120, "fc_conn_event layout chan
  * with nothing moved the other way in between, is inside a message body (records, an object)
  * and copies at most `bulk_bytes` (of the call, or of each iovec of a vectored call). The first
  * call of a run, where a message header sits, keeps the normal caps. In a vectored send, an
- * iovec of at least `bulk_from` bytes is a body as well and gives at most `bulk_bytes`. */
+ * iovec of at least `bulk_from` bytes is a body as well and gives at most `bulk_bytes`, and
+ * (bulk_from != 0) each iovec after the first copies at most an equal share of the call cap
+ * the first one left, so headers between bodies below `bulk_from` still fit. */
 struct fc_policy {
   fc_u32 bytes_per_call;  /* total captured bytes per call, <= FC_MAX_CAPTURE */
   fc_u32 bytes_per_iovec; /* captured bytes per iovec (readv/writev/sendmsg/recvmsg) */

@@ -860,8 +860,58 @@ void run_vectored_body(Variant variant) {
   CHECK(receives[0].payload == sent.substr(0, 4096));
 }
 
+// A Kafka response written from memory (records read from the remote tier): a first header,
+// then partition headers between records, most of them below bulk_from. The first iovec keeps
+// the cap it needs; each later one gets at most an equal share of what is left, so every
+// header is whole and every body gives a prefix. (Before, the first records took the rest of
+// the cap and every header after them was lost.)
+const std::size_t kMemoryResponseIovecs[] = {1500, 6000, 50, 600,  50, 20000, 50, 6000,
+                                             50,   600,  50, 6000, 50, 600,   50, 40};
+
+int memory_response_scenario(Child& self) {
+  return writev_scenario(self,
+                         {std::begin(kMemoryResponseIovecs), std::end(kMemoryResponseIovecs)});
+}
+
+void run_memory_response(Variant variant) {
+  const auto run =
+      run_target(variant, {4096, 4096, FC_ROLE_OTHER, 16384, 256}, memory_response_scenario);
+  const auto sends = side_calls(run, false, FC_DIR_SEND);
+  REQUIRE(sends.size() == 1);
+  const Record& w = sends[0];
+  std::size_t total = 0;
+  for (std::size_t size : kMemoryResponseIovecs) total += size;
+  CHECK(w.data.length == total);
+  CHECK(w.data.captured <= 4096);
+  CHECK((w.common.flags & FC_FLAG_TRUNCATED_SEGS) == 0);
+  REQUIRE(w.segments.size() == std::size(kMemoryResponseIovecs));
+  CHECK(w.segments[0].length == 1500);
+  std::size_t offset = 0, at = 0;
+  for (std::size_t i = 0; i < std::size(kMemoryResponseIovecs); ++i) {
+    INFO("iovec " << i);
+    const std::size_t size = kMemoryResponseIovecs[i];
+    const std::size_t length = w.segments[i].length;
+    CHECK(w.segments[i].offset == offset);
+    if (size <= 100)
+      CHECK(length == size);  // a header: whole
+    else if (i > 0)
+      CHECK((length > 0 && length < size));  // records: a prefix
+    const std::string sent = pattern(size, 31 + static_cast<unsigned>(i));
+    CHECK(w.payload.substr(at, length) == sent.substr(0, length));
+    offset += size;
+    at += length;
+  }
+  CHECK(at == w.data.captured);
+}
+
 }  // namespace
 
+TEST_CASE("records below bulk_from leave room for the headers after them, sock tracepoints") {
+  run_memory_response(Variant::kSockTracepoints);
+}
+TEST_CASE("records below bulk_from leave room for the headers after them, syscall tracepoints") {
+  run_memory_response(Variant::kSyscallTracepoints);
+}
 TEST_CASE("a large iovec of a vectored send gives only the bulk prefix, sock tracepoints") {
   run_vectored_body(Variant::kSockTracepoints);
 }
