@@ -1,6 +1,7 @@
 // `fetchcost status`: what a running fetchcostd watches and how: probes, targets, TLS libraries,
 // drops, version and the config in force (from /api/v1/status).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -36,9 +37,16 @@ int run_status(const StatusOptions& o) {
               str(s, "ring_bytes_per_cpu").c_str(),
               s.value("attribution_enabled", true) ? "on" : "OFF (POST /api/v1/attribution)");
   std::printf("probes      %s attached:", str(s, "probes_attached").c_str());
+  std::uint64_t most_insns = 0;
   if (s.contains("programs"))
-    for (const auto& p : s["programs"]) std::printf(" %s", p.value("name", "?").c_str());
+    for (const auto& p : s["programs"]) {
+      std::printf(" %s", p.value("name", "?").c_str());
+      most_insns = std::max(most_insns, p.value("verified_insns", std::uint64_t{0}));
+    }
   std::printf("\n");
+  if (s.contains("programs_load_seconds"))
+    std::printf("verifier    programs loaded in %.2f s, at most %llu instructions walked\n",
+                s.value("programs_load_seconds", 0.0), static_cast<unsigned long long>(most_insns));
   std::uint64_t drops = 0;
   std::string per_cpu;
   if (s.contains("drops_per_cpu"))

@@ -147,6 +147,7 @@ struct Capture::Impl {
   Variant variant = Variant::kAuto;
   int cpus = 0;
   std::size_t ring_bytes = 0;
+  double load_seconds = 0;
   std::map<pid_t, Target> targets;
   std::uint64_t delivered = 0;
   std::uint64_t suppressed = 0;
@@ -450,7 +451,11 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
   if (bpf_map__set_inner_map_fd(impl->skel->maps.ringbufs, impl->ring_fds[0]) != 0)
     return make_error("cannot set the ring buffer template: " + errno_text(errno));
 
-  if (int err = fetchcost_capture__load(impl->skel); err != 0) {
+  const auto load_start = std::chrono::steady_clock::now();
+  const int load_err = fetchcost_capture__load(impl->skel);
+  impl->load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  if (int err = load_err; err != 0) {
     return make_error(std::string("the kernel refused fetchcost's BPF programs (") +
                       errno_text(err) + ", variant " + variant_name(impl->variant) +
                       "); the verifier log above says why. fetchcost needs Linux >= 5.8 with "
@@ -668,6 +673,7 @@ Status Capture::status() const {
   Status s;
   s.variant = impl_->variant;
   s.ring_bytes_per_cpu = impl_->ring_bytes;
+  s.load_seconds = impl_->load_seconds;
   bpf_program* prog;
   bpf_object__for_each_program(prog, impl_->skel->obj) {
     if (!bpf_program__autoload(prog)) continue;
@@ -679,6 +685,7 @@ Status Capture::status() const {
     if (bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len) == 0) {
       p.run_time_ns = info.run_time_ns;
       p.run_count = info.run_cnt;
+      p.verified_insns = info.verified_insns;
     }
     s.programs.push_back(p);
   }

@@ -108,6 +108,9 @@ struct ProgramStatus {
   std::string name;
   std::uint64_t run_time_ns = 0;  // from bpf_prog_info; 0 unless BPF stats are enabled
   std::uint64_t run_count = 0;
+  // Instructions the verifier walked to accept it (bpf_prog_info, Linux >= 5.16; else 0): its
+  // limit is 1,000,000, and the load time grows with it.
+  std::uint32_t verified_insns = 0;
 };
 
 struct Status {
@@ -115,6 +118,7 @@ struct Status {
   std::vector<ProgramStatus> programs;  // loaded socket programs (TLS ones when attached)
   std::vector<TargetStatus> targets;
   std::size_t ring_bytes_per_cpu = 0;
+  double load_seconds = 0;  // wall time the kernel took to load (verify) the programs
   std::vector<Counters> per_cpu;
   Counters totals;
   std::uint64_t delivered = 0;              // records handed to the handler

@@ -71,8 +71,8 @@ void print_capture_status(const fc::capture::Status& s) {
                  static_cast<unsigned long long>(s.per_cpu[cpu].events),
                  static_cast<unsigned long long>(s.per_cpu[cpu].drops));
   for (const auto& p : s.programs)
-    std::fprintf(stderr, "status:   program %s runs=%llu\n", p.name.c_str(),
-                 static_cast<unsigned long long>(p.run_count));
+    std::fprintf(stderr, "status:   program %s runs=%llu verified_insns=%u\n", p.name.c_str(),
+                 static_cast<unsigned long long>(p.run_count), p.verified_insns);
   for (const auto& t : s.targets) {
     std::fprintf(
         stderr,
@@ -250,9 +250,14 @@ int main(int argc, char** argv) {
     // Connections to the object store's ports: after a response's first read, the reads
     // until the next request are object body, of which only a prefix is copied.
     set_role(config.object_store_ports, true, FC_ROLE_OBJECT_STORE, "object-store");
-    std::fprintf(stderr, "fetchcostd: BPF programs (%s) attached on %d CPUs\n",
-                 fc::capture::variant_name(capture->variant()), capture->cpu_count());
     const auto status = capture->status();
+    std::uint32_t most_insns = 0;
+    for (const auto& p : status.programs) most_insns = std::max(most_insns, p.verified_insns);
+    std::fprintf(stderr,
+                 "fetchcostd: BPF programs (%s) attached on %d CPUs; verified in %.2f s (at most "
+                 "%u instructions walked per program, of the verifier's 1,000,000)\n",
+                 fc::capture::variant_name(capture->variant()), capture->cpu_count(),
+                 status.load_seconds, most_insns);
     if (status.reader_realtime)
       std::fprintf(stderr, "fetchcostd: ring reader thread at real-time priority (SCHED_FIFO 1)\n");
     else if (!status.reader_priority_error.empty())

@@ -586,8 +586,10 @@ struct Service::Impl {
       doc["currency"] = currency;
       nlohmann::json programs = nlohmann::json::array();
       for (const auto& p : capture_status.programs)
-        programs.push_back({{"name", p.name}, {"run_count", p.run_count}});
+        programs.push_back(
+            {{"name", p.name}, {"run_count", p.run_count}, {"verified_insns", p.verified_insns}});
       doc["programs"] = programs;
+      doc["programs_load_seconds"] = capture_status.load_seconds;
       doc["probes_attached"] = m.probes_attached;
       doc["ring_bytes_per_cpu"] = capture_status.ring_bytes_per_cpu;
       doc["ring_reader"] = {{"realtime", capture_status.reader_realtime},

@@ -199,7 +199,8 @@ def main():
         st = subprocess.run([args.fetchcost, "status", "--endpoint", base], capture_output=True,
                             text=True, timeout=20)
         if st.returncode != 0 or f"pid {info['broker']['pid']}" not in st.stdout \
-                or "config" not in st.stdout or "probes" not in st.stdout:
+                or "config" not in st.stdout or "probes" not in st.stdout \
+                or not re.search(r"programs loaded in \d+\.\d\d s, at most [1-9]\d* instructions", st.stdout):
             fail(f"fetchcost status:\n{st.stdout}{st.stderr}")
         print("status: ok")
 
