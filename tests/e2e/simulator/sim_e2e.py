@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -351,12 +352,28 @@ def test_tls_listener(world_args):
     reconcile(world)
 
 
+def read_exactly(conn, n, what):
+    """n bytes from conn; Failure naming `what` if the broker closes it first."""
+    buf = b""
+    while len(buf) < n:
+        chunk = conn.recv(min(n - len(buf), 65536))
+        if not chunk:
+            raise Failure(f"the broker closed {what}")
+        buf += chunk
+    return buf
+
+
+def read_frame(conn, what):
+    """One Kafka response frame (after its 4-byte size)."""
+    (size,) = struct.unpack(">i", read_exactly(conn, 4, what))
+    return read_exactly(conn, size, what)
+
+
 def tls_peers_survive_abrupt_closes(bootstrap, healthy=4, abrupt=6):
     """Peers that drop their TLS connection without close_notify (a killed client, a reset pod)
     must not take healthy connections down with them. (OpenSSL leaves an error on the serving
     thread's queue; read without clearing it, the next WANT_READ looks like a failure: CI saw
     kafkajs get "Closed connection" this way.)"""
-    import ssl
     host, port = bootstrap.rsplit(":", 1)
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
@@ -364,20 +381,7 @@ def tls_peers_survive_abrupt_closes(bootstrap, healthy=4, abrupt=6):
     def api_versions(conn, corr):  # ApiVersions v0, hand-encoded; returns the correlation id
         req = struct.pack(">hhih", 18, 0, corr, 3) + b"raw"
         conn.sendall(struct.pack(">i", len(req)) + req)
-        head = b""
-        while len(head) < 8:
-            chunk = conn.recv(8 - len(head))
-            if not chunk:
-                raise Failure("the broker closed a healthy TLS connection")
-            head += chunk
-        size, got = struct.unpack(">ii", head)
-        left = size - 4
-        while left > 0:
-            chunk = conn.recv(min(left, 65536))
-            if not chunk:
-                raise Failure("the broker closed a healthy TLS connection mid-response")
-            left -= len(chunk)
-        return got
+        return struct.unpack_from(">i", read_frame(conn, "a healthy TLS connection"))[0]
 
     kept = []
     for i in range(healthy):  # more than the network threads: every thread serves one
@@ -473,18 +477,7 @@ def raw_fetch(bootstrap, parts, max_wait_ms=500, version=4, session=(0, -1), for
             body += b"".join(struct.pack(">i", p) for p in ps)
     req = struct.pack(">hhih", 1, version, 7, len(client)) + client + body
     s.sendall(struct.pack(">i", len(req)) + req)
-
-    def read(n):
-        buf = b""
-        while len(buf) < n:
-            chunk = s.recv(n - len(buf))
-            if not chunk:
-                raise Failure("broker closed the connection")
-            buf += chunk
-        return buf
-
-    size = struct.unpack(">i", read(4))[0]
-    data = read(size)
+    data = read_frame(s, "the raw Fetch connection")
     s.close()
     pos = 0
 
