@@ -3,6 +3,7 @@
 #include "attribution/opaque_match.h"
 
 #include <algorithm>
+#include <deque>
 #include <list>
 #include <map>
 #include <optional>
@@ -76,8 +77,10 @@ struct Attributor::Impl {
 
   FetchList fetches;  // arrival order (the remote reader pool is FIFO)
   std::unordered_multimap<std::uint64_t, FetchIt> by_request;
-  // Pending fetches per (topic or topic id, partition) that may read that partition remotely.
-  std::unordered_map<std::string, std::vector<FetchIt>> by_partition;
+  // Pending fetches per (topic or topic id, partition) that may read that partition remotely, in
+  // arrival order. A deque: fetches mostly finish oldest first, and leave from the front.
+  using Bucket = std::deque<FetchIt>;
+  std::unordered_map<std::string, Bucket> by_partition;
   struct Affinity {
     FetchIt fetch;
     std::size_t part;
@@ -135,8 +138,12 @@ struct Attributor::Impl {
         if (name->empty()) continue;
         auto bucket = by_partition.find(partition_key(*name, part.partition));
         if (bucket == by_partition.end()) continue;
-        std::erase(bucket->second, fetch);
-        if (bucket->second.empty()) by_partition.erase(bucket);
+        Bucket& fetches_of = bucket->second;
+        if (fetches_of.front() == fetch)
+          fetches_of.pop_front();
+        else
+          std::erase(fetches_of, fetch);
+        if (fetches_of.empty()) by_partition.erase(bucket);
       }
     }
     for (std::uint32_t tid : fetch->reader_threads) {
@@ -283,7 +290,7 @@ struct Attributor::Impl {
     return std::nullopt;
   }
 
-  const std::vector<FetchIt>* partition_bucket(const ObjectRead& read) const {
+  const Bucket* partition_bucket(const ObjectRead& read) const {
     for (std::string_view name : {read.topic, read.topic_id}) {
       if (name.empty()) continue;
       auto b = by_partition.find(partition_key(name, read.partition));
@@ -300,7 +307,7 @@ struct Attributor::Impl {
 
   // Pending fetches of the read's partition, ranked.
   std::optional<Affinity> match_ranked(const ObjectRead& read) {
-    const std::vector<FetchIt>* bucket = partition_bucket(read);
+    const Bucket* bucket = partition_bucket(read);
     if (!bucket) return std::nullopt;
     auto matches = [&](const PendingPartition& part) { return names_partition(part, read); };
     // Oldest first among the best ranked: a fetch no other thread is reading, and whose first
@@ -309,6 +316,10 @@ struct Attributor::Impl {
     int best_rank = -1;
     for (FetchIt fetch : *bucket) {  // bucket is in arrival order
       if (fetch->request_ns > read.start_ns || !same_process(*fetch, read)) continue;
+      // Answered before the read started: no part of it takes the read (before_answer). Most
+      // of a busy partition's bucket is such fetches (kept answered_retain_ns for late reads),
+      // and this spares them the per-partition name comparisons.
+      if (fetch->answered_ns != 0 && read.start_ns >= fetch->answered_ns) continue;
       for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
         const auto& part = fetch->parts[i];
         if (!matches(part) || !before_answer(*fetch, part, read, false)) continue;
@@ -528,7 +539,7 @@ struct Attributor::Impl {
     }
     for (auto& [key, reads] : by_key) {
       const ObjectRead& first = failures[reads.front()].read;
-      const std::vector<FetchIt>* bucket = partition_bucket(first);
+      const Bucket* bucket = partition_bucket(first);
       if (!bucket) continue;
       std::vector<Affinity> errors, timeouts;
       for (FetchIt fetch : *bucket) {
