@@ -35,6 +35,7 @@ struct PendingPartition {
 };
 
 struct PendingFetch {
+  std::uint64_t arrival = 0;  // order of arrival (ranking ties go to the oldest)
   std::uint64_t connection = 0;
   std::uint32_t process = 0;  // the broker process that received it; 0: unknown
   std::int32_t correlation_id = 0;
@@ -77,10 +78,31 @@ struct Attributor::Impl {
 
   FetchList fetches;  // arrival order (the remote reader pool is FIFO)
   std::unordered_multimap<std::uint64_t, FetchIt> by_request;
-  // Pending fetches per (topic or topic id, partition) that may read that partition remotely, in
-  // arrival order. A deque: fetches mostly finish oldest first, and leave from the front.
-  using Bucket = std::deque<FetchIt>;
+  // Pending fetches per (topic or topic id, partition) that may read that partition remotely.
+  // Answered ones are kept apart, by answer time: they are kept answered_retain_ns for reads known
+  // late, but only a read that started before the answer can take one, so a read looks at the
+  // newest few of them instead of walking a busy partition's last seconds of fetches. Deques:
+  // fetches mostly finish oldest first, and leave from the front.
+  struct Bucket {
+    std::deque<FetchIt> open;      // not answered yet, in arrival order
+    std::deque<FetchIt> answered;  // in answered_ns order
+  };
   std::unordered_map<std::string, Bucket> by_partition;
+  std::uint64_t arrivals = 0;
+  // No fetch is due to expire before this: a sweep (every 10 ms) walks the fetches only then.
+  std::uint64_t next_expiry_ns = ~0ull;
+  void due_at(std::uint64_t expiry_ns) { next_expiry_ns = std::min(next_expiry_ns, expiry_ns); }
+
+  // When expire() finishes the fetch: its client left, it was answered, or it went stale.
+  std::uint64_t expiry_of(const PendingFetch& f) const {
+    auto after = [](std::uint64_t t, std::uint64_t d) -> std::uint64_t {
+      return t > ~std::uint64_t{0} - d ? ~std::uint64_t{0} : t + d;
+    };
+    std::uint64_t at = after(f.request_ns, options.max_pending_ns);
+    if (f.closed_ns != 0) at = std::min(at, after(f.closed_ns, options.closed_grace_ns));
+    if (f.answered_ns != 0) at = std::min(at, after(f.answered_ns, options.answered_retain_ns));
+    return at;
+  }
   struct Affinity {
     FetchIt fetch;
     std::size_t part;
@@ -131,6 +153,31 @@ struct Attributor::Impl {
     }
   }
 
+  static void remove(std::deque<FetchIt>& fetches_of, FetchIt fetch) {
+    if (!fetches_of.empty() && fetches_of.front() == fetch)
+      fetches_of.pop_front();
+    else
+      std::erase(fetches_of, fetch);
+  }
+
+  // The fetch was answered (answered_ns set): from its partitions' open lists to their answered
+  // ones, kept in answered_ns order (answers come nearly in order: the place is found from the
+  // back).
+  void index_answered(FetchIt fetch) {
+    for (const auto& part : fetch->parts) {
+      for (const std::string* name : {&part.topic, &part.topic_id}) {
+        if (name->empty()) continue;
+        auto bucket = by_partition.find(partition_key(*name, part.partition));
+        if (bucket == by_partition.end()) continue;
+        remove(bucket->second.open, fetch);
+        auto& answered = bucket->second.answered;
+        auto at = answered.end();
+        while (at != answered.begin() && (*std::prev(at))->answered_ns > fetch->answered_ns) --at;
+        answered.insert(at, fetch);
+      }
+    }
+  }
+
   void unindex(FetchIt fetch) {
     unindex_request(fetch);
     for (const auto& part : fetch->parts) {
@@ -138,12 +185,9 @@ struct Attributor::Impl {
         if (name->empty()) continue;
         auto bucket = by_partition.find(partition_key(*name, part.partition));
         if (bucket == by_partition.end()) continue;
-        Bucket& fetches_of = bucket->second;
-        if (fetches_of.front() == fetch)
-          fetches_of.pop_front();
-        else
-          std::erase(fetches_of, fetch);
-        if (fetches_of.empty()) by_partition.erase(bucket);
+        remove(fetch->answered_ns ? bucket->second.answered : bucket->second.open, fetch);
+        if (bucket->second.open.empty() && bucket->second.answered.empty())
+          by_partition.erase(bucket);
       }
     }
     for (std::uint32_t tid : fetch->reader_threads) {
@@ -236,12 +280,14 @@ struct Attributor::Impl {
       ++counters.pending_evicted;
       finish(fetches.begin());
     }
+    fetch.arrival = ++arrivals;
     fetches.push_back(std::move(fetch));
     FetchIt it = std::prev(fetches.end());
+    due_at(expiry_of(*it));
     by_request.emplace(fetch_key(it->connection, it->correlation_id), it);
     for (const auto& part : it->parts) {
       for (const std::string* name : {&part.topic, &part.topic_id}) {
-        if (!name->empty()) by_partition[partition_key(*name, part.partition)].push_back(it);
+        if (!name->empty()) by_partition[partition_key(*name, part.partition)].open.push_back(it);
       }
     }
     ++counters.fetches_tracked;
@@ -309,32 +355,35 @@ struct Attributor::Impl {
   std::optional<Affinity> match_ranked(const ObjectRead& read) {
     const Bucket* bucket = partition_bucket(read);
     if (!bucket) return std::nullopt;
-    auto matches = [&](const PendingPartition& part) { return names_partition(part, read); };
     // Oldest first among the best ranked: a fetch no other thread is reading, and whose first
     // remote partition this is, before the others.
     std::optional<Affinity> best;
     int best_rank = -1;
-    for (FetchIt fetch : *bucket) {  // bucket is in arrival order
-      if (fetch->request_ns > read.start_ns || !same_process(*fetch, read)) continue;
-      // Answered before the read started: no part of it takes the read (before_answer). Most
-      // of a busy partition's bucket is such fetches (kept answered_retain_ns for late reads),
-      // and this spares them the per-partition name comparisons.
-      if (fetch->answered_ns != 0 && read.start_ns >= fetch->answered_ns) continue;
+    auto consider = [&](FetchIt fetch) {
+      if (fetch->request_ns > read.start_ns || !same_process(*fetch, read)) return;
       for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
         const auto& part = fetch->parts[i];
-        if (!matches(part) || !before_answer(*fetch, part, read, false)) continue;
+        if (!names_partition(part, read) || !before_answer(*fetch, part, read, false)) continue;
         if (read.segment_base_offset >= 0 && part.fetch_offset < read.segment_base_offset) continue;
         // A partition whose remote read already ended (in Kafka <= 4.1, one task per fetch), or
         // failed (a failed GET ends its task), takes no new task.
         const bool ended = part.read_done || part.failure_taken;
         const int rank = (ended && options.one_remote_partition_per_fetch ? -4 : 0) +
                          (fetch->reader_threads.empty() ? 2 : 0) + (part.first_remote ? 1 : 0);
-        if (rank > best_rank) {
+        if (rank > best_rank ||
+            (best && rank == best_rank && fetch->arrival < best->fetch->arrival)) {
           best = Affinity{fetch, i};
           best_rank = rank;
         }
       }
-      if (best_rank == 3) break;
+    };
+    // Answered ones: only those answered after the read started can take it (before_answer).
+    for (auto it = bucket->answered.rbegin();
+         it != bucket->answered.rend() && (*it)->answered_ns > read.start_ns; ++it)
+      consider(*it);
+    for (FetchIt fetch : bucket->open) {  // in arrival order: none after a best one is older
+      if (best_rank == 3 && fetch->arrival > best->fetch->arrival) break;
+      consider(fetch);
     }
     return best;
   }
@@ -542,8 +591,7 @@ struct Attributor::Impl {
       const Bucket* bucket = partition_bucket(first);
       if (!bucket) continue;
       std::vector<Affinity> errors, timeouts;
-      for (FetchIt fetch : *bucket) {
-        if (fetch->answered_ns == 0) continue;
+      for (FetchIt fetch : bucket->answered) {
         for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
           const auto& part = fetch->parts[i];
           if (part.failure_taken || !part.answered || !names_partition(part, first)) continue;
@@ -683,11 +731,14 @@ void Attributor::on_exchange(const kafka::Exchange& exchange) {
     fetch->answered_ns = std::max<std::uint64_t>(
         exchange.response_start_ns ? exchange.response_start_ns : impl_->latest_ns, 1);
     impl_->unindex_request(fetch);
+    impl_->index_answered(fetch);
+    impl_->due_at(impl_->expiry_of(*fetch));
     impl_->settle(impl_->latest_ns);
   } else if (fetch->closed_ns == 0) {
     // Unanswered (the client left, or the response was lost): the broker may still be reading
     // for it, so it stays matchable for the grace period.
     fetch->closed_ns = std::max<std::uint64_t>(impl_->latest_ns, 1);
+    impl_->due_at(impl_->expiry_of(*fetch));
   }
 }
 
@@ -729,23 +780,28 @@ void Attributor::forget_opaque(std::uint64_t connection) {
 
 void Attributor::close_connection(std::uint64_t connection, std::uint64_t now_ns) {
   for (auto& fetch : impl_->fetches) {
-    if (fetch.connection == connection && fetch.closed_ns == 0)
+    if (fetch.connection == connection && fetch.closed_ns == 0) {
       fetch.closed_ns = std::max<std::uint64_t>(now_ns, 1);
+      impl_->due_at(impl_->expiry_of(fetch));
+    }
   }
   impl_->peers.erase(connection);
   impl_->processes.erase(connection);
 }
 
 void Attributor::expire(std::uint64_t now_ns) {
-  const auto& o = impl_->options;
   impl_->settle(now_ns == ~0ull ? now_ns : std::max(now_ns, impl_->latest_ns));
+  // Finishes the fetches whose client closed more than closed_grace_ns ago, answered more than
+  // answered_retain_ns ago, or pending longer than max_pending_ns; walks them only when one is due.
+  if (now_ns != ~0ull && now_ns <= impl_->next_expiry_ns) return;
+  impl_->next_expiry_ns = ~0ull;
   for (auto it = impl_->fetches.begin(); it != impl_->fetches.end();) {
     auto next = std::next(it);
-    const bool closed_long_ago = it->closed_ns != 0 && now_ns > it->closed_ns + o.closed_grace_ns;
-    const bool answered_long_ago =
-        it->answered_ns != 0 && now_ns > it->answered_ns + o.answered_retain_ns;
-    const bool stale = now_ns > it->request_ns + o.max_pending_ns;
-    if (closed_long_ago || answered_long_ago || stale) impl_->finish(it);
+    const std::uint64_t at = impl_->expiry_of(*it);
+    if (now_ns == ~0ull || now_ns > at)
+      impl_->finish(it);
+    else
+      impl_->due_at(at);
     it = next;
   }
 }
