@@ -7,6 +7,7 @@
 #include <list>
 #include <map>
 #include <optional>
+#include <queue>
 #include <unordered_map>
 #include <vector>
 
@@ -60,6 +61,11 @@ std::uint64_t fetch_key(std::uint64_t connection, std::int32_t correlation_id) {
 
 constexpr std::int16_t kKafkaStorageError = 56;
 
+// t + d, or the end of time.
+std::uint64_t after(std::uint64_t t, std::uint64_t d) {
+  return t > ~std::uint64_t{0} - d ? ~std::uint64_t{0} : t + d;
+}
+
 std::string partition_key(std::string_view topic, std::int32_t partition) {
   std::string key(topic);
   key.push_back('\0');
@@ -89,16 +95,20 @@ struct Attributor::Impl {
   };
   std::unordered_map<std::string, Bucket> by_partition;
   std::uint64_t arrivals = 0;
-  // No fetch is due to expire before this: a sweep (every 10 ms) walks the fetches only then.
-  std::uint64_t next_expiry_ns = ~0ull;
-  void due_at(std::uint64_t expiry_ns) { next_expiry_ns = std::min(next_expiry_ns, expiry_ns); }
+  // When the answered and the closed fetches are due to finish (expiry_of, arrival), soonest on
+  // top, so that a sweep (every 10 ms) does not walk every fetch kept. An entry whose fetch has
+  // finished meanwhile is skipped (by_arrival no longer has it).
+  std::unordered_map<std::uint64_t, FetchIt> by_arrival;
+  using Due = std::pair<std::uint64_t, std::uint64_t>;
+  std::priority_queue<Due, std::vector<Due>, std::greater<Due>> due;
+  void due_at(const PendingFetch& f) { due.emplace(expiry_of(f), f.arrival); }
 
   // When expire() finishes the fetch: its client left, it was answered, or it went stale.
+  std::uint64_t stale_at(const PendingFetch& f) const {
+    return after(f.request_ns, options.max_pending_ns);
+  }
   std::uint64_t expiry_of(const PendingFetch& f) const {
-    auto after = [](std::uint64_t t, std::uint64_t d) -> std::uint64_t {
-      return t > ~std::uint64_t{0} - d ? ~std::uint64_t{0} : t + d;
-    };
-    std::uint64_t at = after(f.request_ns, options.max_pending_ns);
+    std::uint64_t at = stale_at(f);
     if (f.closed_ns != 0) at = std::min(at, after(f.closed_ns, options.closed_grace_ns));
     if (f.answered_ns != 0) at = std::min(at, after(f.answered_ns, options.answered_retain_ns));
     return at;
@@ -239,6 +249,7 @@ struct Attributor::Impl {
       sink.on_fetch_done(done);
     }
     unindex(fetch);
+    by_arrival.erase(fetch->arrival);
     fetches.erase(fetch);
   }
 
@@ -283,7 +294,7 @@ struct Attributor::Impl {
     fetch.arrival = ++arrivals;
     fetches.push_back(std::move(fetch));
     FetchIt it = std::prev(fetches.end());
-    due_at(expiry_of(*it));
+    by_arrival.emplace(it->arrival, it);
     by_request.emplace(fetch_key(it->connection, it->correlation_id), it);
     for (const auto& part : it->parts) {
       for (const std::string* name : {&part.topic, &part.topic_id}) {
@@ -732,13 +743,13 @@ void Attributor::on_exchange(const kafka::Exchange& exchange) {
         exchange.response_start_ns ? exchange.response_start_ns : impl_->latest_ns, 1);
     impl_->unindex_request(fetch);
     impl_->index_answered(fetch);
-    impl_->due_at(impl_->expiry_of(*fetch));
+    impl_->due_at(*fetch);
     impl_->settle(impl_->latest_ns);
   } else if (fetch->closed_ns == 0) {
     // Unanswered (the client left, or the response was lost): the broker may still be reading
     // for it, so it stays matchable for the grace period.
     fetch->closed_ns = std::max<std::uint64_t>(impl_->latest_ns, 1);
-    impl_->due_at(impl_->expiry_of(*fetch));
+    impl_->due_at(*fetch);
   }
 }
 
@@ -782,7 +793,7 @@ void Attributor::close_connection(std::uint64_t connection, std::uint64_t now_ns
   for (auto& fetch : impl_->fetches) {
     if (fetch.connection == connection && fetch.closed_ns == 0) {
       fetch.closed_ns = std::max<std::uint64_t>(now_ns, 1);
-      impl_->due_at(impl_->expiry_of(fetch));
+      impl_->due_at(fetch);
     }
   }
   impl_->peers.erase(connection);
@@ -790,20 +801,29 @@ void Attributor::close_connection(std::uint64_t connection, std::uint64_t now_ns
 }
 
 void Attributor::expire(std::uint64_t now_ns) {
-  impl_->settle(now_ns == ~0ull ? now_ns : std::max(now_ns, impl_->latest_ns));
-  // Finishes the fetches whose client closed more than closed_grace_ns ago, answered more than
-  // answered_retain_ns ago, or pending longer than max_pending_ns; walks them only when one is due.
-  if (now_ns != ~0ull && now_ns <= impl_->next_expiry_ns) return;
-  impl_->next_expiry_ns = ~0ull;
-  for (auto it = impl_->fetches.begin(); it != impl_->fetches.end();) {
-    auto next = std::next(it);
-    const std::uint64_t at = impl_->expiry_of(*it);
-    if (now_ns == ~0ull || now_ns > at)
-      impl_->finish(it);
-    else
-      impl_->due_at(at);
-    it = next;
+  auto& impl = *impl_;
+  impl.settle(now_ns == ~0ull ? now_ns : std::max(now_ns, impl.latest_ns));
+  if (now_ns == ~0ull) {
+    while (!impl.fetches.empty()) impl.finish(impl.fetches.begin());
+    impl.due = {};
+    return;
   }
+  // Finishes the fetches whose client closed more than closed_grace_ns ago, answered more than
+  // answered_retain_ns ago, or pending longer than max_pending_ns (their response was lost), in
+  // arrival order.
+  std::vector<FetchIt> ripe;
+  for (auto it = impl.fetches.begin();  // pending too long: the oldest requests, at the front
+       it != impl.fetches.end() && now_ns > impl.stale_at(*it); ++it)
+    ripe.push_back(it);
+  while (!impl.due.empty() && now_ns > impl.due.top().first) {
+    auto found = impl.by_arrival.find(impl.due.top().second);
+    impl.due.pop();
+    if (found != impl.by_arrival.end() && now_ns > impl.expiry_of(*found->second))
+      ripe.push_back(found->second);
+  }
+  std::sort(ripe.begin(), ripe.end(), [](FetchIt a, FetchIt b) { return a->arrival < b->arrival; });
+  ripe.erase(std::unique(ripe.begin(), ripe.end()), ripe.end());
+  for (FetchIt it : ripe) impl.finish(it);
 }
 
 const Counters& Attributor::counters() const {

@@ -700,3 +700,59 @@ TEST_CASE("a read goes only to fetches its own broker process received") {
   CHECK(sink.reads[1].client == std::string(attribution::kUnattributed));
   CHECK(sink.reads[2].client != std::string(attribution::kUnattributed));
 }
+
+// Expiry (the sweep finishes fetches from a queue of due times, not by walking all of them):
+// each of the three rules at its boundary, and one sweep finishing several in arrival order.
+TEST_CASE("fetches finish just after they are answered, closed or pending too long") {
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"orders", 0}] = 5000;
+  tier.starts[{"orders", 1}] = 5000;
+  tier.starts[{"orders", 2}] = 5000;
+  attribution::Options options;
+  options.answered_retain_ns = 1000;
+  options.closed_grace_ns = 3000;
+  options.max_pending_ns = 10'000;
+  attribution::Attributor attributor(sink, &tier, options);
+
+  auto answered = fetch(1, 1, "answered", 100, {{"orders", 0, 10}});
+  auto closed = fetch(2, 1, "closed", 110, {{"orders", 1, 10}});
+  auto lost = fetch(3, 1, "lost", 120, {{"orders", 2, 10}});
+  for (const auto* x : {&answered, &closed, &lost}) attributor.on_request(*x);
+  attributor.on_object_read(get(31, 130, 140, "orders", 0, 0, 100));
+  attributor.on_object_read(get(32, 130, 140, "orders", 1, 0, 100));
+  attributor.on_object_read(get(33, 130, 140, "orders", 2, 0, 100));
+  attributor.on_exchange(respond(answered, 200, 100));  // due after 1200
+  attributor.close_connection(2, 300);                  // due after 3300
+  // "lost" is never answered: due after 120 + 10,000.
+  REQUIRE(sink.reads.size() == 3);
+
+  attributor.expire(1200);
+  CHECK(sink.done.empty());
+  attributor.expire(1201);
+  CHECK(sink.done_clients == std::vector<std::string>{"answered"});
+  attributor.expire(3300);
+  CHECK(sink.done.size() == 1);
+  attributor.expire(3301);
+  CHECK(sink.done_clients == std::vector<std::string>{"answered", "closed"});
+  attributor.expire(10'120);
+  CHECK(sink.done.size() == 2);
+  attributor.expire(10'121);
+  CHECK(sink.done_clients == std::vector<std::string>{"answered", "closed", "lost"});
+  CHECK(attributor.pending() == 0);
+
+  // Several due in one sweep: in arrival order, whatever made each due.
+  RecordingSink later_sink;
+  attribution::Attributor again(later_sink, &tier, options);
+  auto first = fetch(1, 2, "first", 100, {{"orders", 2, 10}});    // pending too long
+  auto second = fetch(2, 2, "second", 150, {{"orders", 1, 10}});  // closed
+  auto third = fetch(3, 2, "third", 160, {{"orders", 0, 10}});    // answered
+  for (const auto* x : {&first, &second, &third}) again.on_request(*x);
+  again.on_object_read(get(33, 170, 180, "orders", 2, 0, 100));
+  again.on_object_read(get(32, 170, 180, "orders", 1, 0, 100));
+  again.on_object_read(get(31, 170, 180, "orders", 0, 0, 100));
+  again.on_exchange(respond(third, 9000, 100));
+  again.close_connection(2, 8000);
+  again.expire(20'000);
+  CHECK(later_sink.done_clients == std::vector<std::string>{"first", "second", "third"});
+}
