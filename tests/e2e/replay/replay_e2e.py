@@ -113,9 +113,16 @@ def main():
         print(f"replay: {share:.2%} of GET bytes on the right client")
         if share < 0.95:
             fail(f"only {share:.2%} of the bytes on the right client")
+        # No GET may go to a client that made none. One the pcap's timing cannot place (no fetch
+        # of its partition pending when it started, such as a task's next chunk read on another
+        # pooled connection after its fetch was answered: a live capture ties it by thread) may
+        # stay unattributed, inside the 5% above (CI saw 1 of 160 GETs, 2,081 bytes, once).
         for k in seen:
-            if k not in truth:
+            if k not in truth and k[0] != "__unattributed__":
                 fail(f"{k} has bytes but made no remote read")
+        unplaced = sum(g for k, (b, g, e) in seen.items() if k[0] == "__unattributed__")
+        if unplaced > 0.05 * sum(v[1] for v in truth.values()):
+            fail(f"{unplaced} GETs unattributed")
         print("PASS")
     finally:
         if cap and cap.poll() is None:
