@@ -174,32 +174,34 @@ struct Attributor::Impl {
   // ones, kept in answered_ns order (answers come nearly in order: the place is found from the
   // back).
   void index_answered(FetchIt fetch) {
-    for (const auto& part : fetch->parts) {
+    for_each_bucket(*fetch, [&](auto bucket) {
+      remove(bucket->second.open, fetch);
+      auto& answered = bucket->second.answered;
+      auto at = answered.end();
+      while (at != answered.begin() && (*std::prev(at))->answered_ns > fetch->answered_ns) --at;
+      answered.insert(at, fetch);
+    });
+  }
+
+  // Calls f with each existing bucket of the fetch's partitions (by topic name and by topic id).
+  template <typename F>
+  void for_each_bucket(const PendingFetch& fetch, F f) {
+    for (const auto& part : fetch.parts) {
       for (const std::string* name : {&part.topic, &part.topic_id}) {
         if (name->empty()) continue;
         auto bucket = by_partition.find(partition_key(*name, part.partition));
-        if (bucket == by_partition.end()) continue;
-        remove(bucket->second.open, fetch);
-        auto& answered = bucket->second.answered;
-        auto at = answered.end();
-        while (at != answered.begin() && (*std::prev(at))->answered_ns > fetch->answered_ns) --at;
-        answered.insert(at, fetch);
+        if (bucket != by_partition.end()) f(bucket);
       }
     }
   }
 
   void unindex(FetchIt fetch) {
     unindex_request(fetch);
-    for (const auto& part : fetch->parts) {
-      for (const std::string* name : {&part.topic, &part.topic_id}) {
-        if (name->empty()) continue;
-        auto bucket = by_partition.find(partition_key(*name, part.partition));
-        if (bucket == by_partition.end()) continue;
-        remove(fetch->answered_ns ? bucket->second.answered : bucket->second.open, fetch);
-        if (bucket->second.open.empty() && bucket->second.answered.empty())
-          by_partition.erase(bucket);
-      }
-    }
+    for_each_bucket(*fetch, [&](auto bucket) {
+      remove(fetch->answered_ns ? bucket->second.answered : bucket->second.open, fetch);
+      if (bucket->second.open.empty() && bucket->second.answered.empty())
+        by_partition.erase(bucket);
+    });
     for (std::uint32_t tid : fetch->reader_threads) {
       auto it = by_thread.find(tid);
       if (it != by_thread.end() && it->second.fetch == fetch) by_thread.erase(it);
