@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """End-to-end: fetchcostd (real BPF on the real kernel) watching tiered-broker while the four real
-clients consume through s3rver; fetchcostd's per-client figures are checked against the
-simulator's own ledger (which tools/scenario reconciles with s3rver's request log).
+clients consume through s3rver (or, with --object-store nginx, through nginx: another server's
+HTTP responses to decode); fetchcostd's per-client figures are checked against the simulator's own
+ledger (which tools/scenario reconciles with s3rver's request log).
 
   exact transports (http, openssl): bytes, GETs and errors per (client_id, topic) are equal;
   opaque (gnutls, not hooked):      >= 95% of GET bytes on the right client, the rest under
@@ -60,13 +61,16 @@ def main():
     ap.add_argument("--transport", default="http", choices=["http", "openssl", "gnutls"])
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--prometheus", action="store_true")
+    ap.add_argument("--object-store", choices=["s3rver", "nginx"], default="s3rver",
+                    help="nginx: another HTTP server's responses (headers, framing) to decode")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--min-share", type=float, default=0.95,
                     help="opaque mode: least share of GET bytes on the right client")
     ap.add_argument("--scanner-passes", type=int, default=0,
                     help="replays of the scanner tenant (0: until the tenants stop)")
     ap.add_argument("--storage-errors", action="store_true",
-                    help="delete one remote segment from s3rver first: GETs of it fail (404)")
+                    help="delete one remote segment from the object store first: GETs of it "
+                         "fail (404)")
     ap.add_argument("--log-dirs-rescan-only", action="store_true",
                     help="log_dirs_inotify false: periodic rescans alone keep the local tier")
     args = ap.parse_args()
@@ -77,7 +81,8 @@ def main():
         sys.exit(77)
 
     workdir = tempfile.mkdtemp(prefix=f"fc-e2e-{args.transport}-")
-    world = scenario.World(workdir, broker_bin=args.broker, s3_transport=args.transport)
+    world = scenario.World(workdir, broker_bin=args.broker, s3_transport=args.transport,
+                           object_store=args.object_store)
     fc = prom = None
     try:
         world.start()
@@ -131,7 +136,7 @@ def main():
             urllib.request.urlopen(req, timeout=10)
         world.start_tenants(scanner_passes=args.scanner_passes)
         time.sleep(args.seconds)
-        for name, proc, log in list(world.procs):  # stop the tenants, keep broker and s3rver
+        for name, proc, log in list(world.procs):  # stop the tenants, keep the broker and object store
             if proc not in (world.broker, world.s3):
                 try:
                     os.killpg(proc.pid, signal.SIGTERM)
