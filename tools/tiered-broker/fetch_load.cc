@@ -1,6 +1,6 @@
 // tiered-broker-load: drives a Kafka broker with Fetch v4 requests as fast as it answers and
-// prints the rate. Each connection keeps one request in flight, like a consumer. For measuring
-// the simulator (and fetchcost's overhead on it), not a test.
+// prints the rate and the round-trip times. Each connection keeps one request in flight, like a
+// consumer. For measuring the simulator (and fetchcost's overhead on it), not a test.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -22,8 +23,7 @@ namespace {
 struct Conn {
   int fd = -1;
   std::string rbuf;
-  size_t sent_at = 0;
-  int32_t correlation = 0;
+  std::chrono::steady_clock::time_point asked;  // when its request in flight was written
 };
 
 std::string fetch_request(const std::string& client_id, const std::string& topic, int partition,
@@ -90,6 +90,13 @@ int main(int argc, char** argv) {
                  "churn: each request uses the next of this many client-ids, "
                  "<client-id>-<n> (0: always --client-id)")
       ->capture_default_str();
+  double latency_after = 0, latency_for = 0;
+  app.add_option("--latency-after", latency_after,
+                 "round-trip times count from this many seconds after the start (warm-up)")
+      ->capture_default_str();
+  app.add_option("--latency-for", latency_for,
+                 "... for this many seconds (0: to the end): the caller's measured window")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   uint64_t sent = 0;
   auto next_request = [&]() -> const std::string& {
@@ -122,9 +129,19 @@ int main(int argc, char** argv) {
     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
     const std::string& req = next_request();
     ++sent_total;
+    conns[i].asked = std::chrono::steady_clock::now();
     if (write(fd, req.data(), req.size()) != ssize_t(req.size())) return 1;
   }
   auto start = std::chrono::steady_clock::now();
+  auto after = [](double seconds) {
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(seconds));
+  };
+  const auto window_from = start + after(latency_after);
+  const auto window_to = latency_for > 0 ? window_from + after(latency_for)
+                                         : std::chrono::steady_clock::time_point::max();
+  std::vector<uint32_t> rtt_us;  // round trips that ended in the window
+  rtt_us.reserve(1 << 20);
   auto end = start + std::chrono::duration<double>(seconds);
   uint64_t responses = 0, bytes = 0;
   std::vector<epoll_event> events(connections);
@@ -142,6 +159,7 @@ int main(int argc, char** argv) {
       idle.pop_back();
       const std::string& req = next_request();
       ++sent_total;
+      c.asked = std::chrono::steady_clock::now();
       if (write(c.fd, req.data(), req.size()) != ssize_t(req.size())) return 1;
     }
     int n = epoll_wait(ep, events.data(), connections, idle.empty() ? 100 : 1);
@@ -159,22 +177,36 @@ int main(int argc, char** argv) {
         c.rbuf.erase(0, 4 + size);
         responses++;
         bytes += 4 + size;
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= window_from && now < window_to)
+          rtt_us.push_back(uint32_t(
+              std::chrono::duration_cast<std::chrono::microseconds>(now - c.asked).count()));
         if (!due()) {
           idle.push_back(int(events[i].data.u32));
           continue;
         }
         const std::string& req = next_request();
         ++sent_total;
+        c.asked = now;
         if (write(c.fd, req.data(), req.size()) != ssize_t(req.size())) return 1;
       }
     }
   }
+  auto percentile = [&](double q) -> double {
+    if (rtt_us.empty()) return -1;
+    const size_t k = std::min(rtt_us.size() - 1, size_t(q * double(rtt_us.size())));
+    std::nth_element(rtt_us.begin(), rtt_us.begin() + long(k), rtt_us.end());
+    return rtt_us[k];
+  };
+  const double p50 = percentile(0.50), p99 = percentile(0.99);
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
       "{\"fetch_requests_per_second\": %.0f, \"responses\": %llu, \"response_mib\": %.1f, "
-      "\"connections\": %d, \"seconds\": %.2f, \"client_ids_used\": %llu}\n",
+      "\"connections\": %d, \"seconds\": %.2f, \"client_ids_used\": %llu, \"rtt_p50_us\": %.0f, "
+      "\"rtt_p99_us\": %.0f, \"rtt_samples\": %zu}\n",
       double(responses) / took, static_cast<unsigned long long>(responses),
       double(bytes) / (1 << 20), connections, took,
-      static_cast<unsigned long long>(client_ids ? std::min(sent, client_ids) : 1));
+      static_cast<unsigned long long>(client_ids ? std::min(sent, client_ids) : 1), p50, p99,
+      rtt_us.size());
   return 0;
 }
