@@ -163,11 +163,14 @@ struct Attributor::Impl {
     }
   }
 
+  // Takes one entry of the fetch out of a partition's list: track and index_answered add one
+  // per partition and name, unindex takes one per partition and name. Finished fetches are near
+  // the front (they finish about in the order they came or were answered), so the search stops
+  // early; erasing every match walked the whole list each time, 10,000 fetches on a partition
+  // that answers 5,000 remote fetches/s (answered ones are kept 2 s).
   static void remove(std::deque<FetchIt>& fetches_of, FetchIt fetch) {
-    if (!fetches_of.empty() && fetches_of.front() == fetch)
-      fetches_of.pop_front();
-    else
-      std::erase(fetches_of, fetch);
+    auto it = std::find(fetches_of.begin(), fetches_of.end(), fetch);
+    if (it != fetches_of.end()) fetches_of.erase(it);
   }
 
   // The fetch was answered (answered_ns set): from its partitions' open lists to their answered

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
+#include <queue>
 #include <string>
 #include <vector>
 
@@ -56,14 +56,16 @@ struct Result {
   std::uint64_t unattributed = 0;
 };
 
-constexpr std::int32_t kPartitions = 8;
 constexpr int kConsumers = 64;
 constexpr std::uint64_t kMs = 1'000'000;
 const std::string kTopic = "orders";
 
 // fetches_s consumer fetches per second, of which gets_s read remotely (one GET each, on one of
-// 16 reader threads, 1 ms after the request, 4 ms long; the answer 1 ms after the GET).
-Result run(double fetches_s, double gets_s, double seconds) {
+// 16 reader threads, 1 ms after the request, 4 ms long; the answer 1-8 ms after the GET, so that
+// fetches are answered in another order than they came, and 6 ms after a local fetch), over
+// `partitions` partitions in turn (1: a hot partition every consumer re-reads, whose answered
+// fetches all wait in one list).
+Result run(double fetches_s, double gets_s, std::int32_t partitions, double seconds) {
   Tier tier;
   Counting sink;
   fc::attribution::Attributor attributor(sink, &tier);
@@ -80,7 +82,10 @@ Result run(double fetches_s, double gets_s, double seconds) {
     std::uint64_t get_start;
     bool remote;
   };
-  std::deque<Event> gets_due, answers_due;  // each in time order: every fetch has the same delays
+  struct Later {
+    bool operator()(const Event& a, const Event& b) const { return a.at > b.at; }
+  };
+  std::priority_queue<Event, std::vector<Event>, Later> gets_due, answers_due;  // soonest on top
   const auto step = static_cast<std::uint64_t>(1e9 / fetches_s);
   const double get_share = gets_s / fetches_s;
   double get_credit = 0;
@@ -137,13 +142,13 @@ Result run(double fetches_s, double gets_s, double seconds) {
   const double cpu0 = thread_cpu_seconds();
   for (std::uint64_t now = 0; now < end; now += step) {
     for (;;) {  // what is due, in time order
-      const bool get = !gets_due.empty() && gets_due.front().at <= now;
-      const bool answer = !answers_due.empty() && answers_due.front().at <= now;
+      const bool get = !gets_due.empty() && gets_due.top().at <= now;
+      const bool answer = !answers_due.empty() && answers_due.top().at <= now;
       if (!get && !answer) break;
-      auto& from = get && (!answer || gets_due.front().at <= answers_due.front().at) ? gets_due
-                                                                                     : answers_due;
-      deliver(from.front());
-      from.pop_front();
+      auto& from =
+          get && (!answer || gets_due.top().at <= answers_due.top().at) ? gets_due : answers_due;
+      deliver(from.top());
+      from.pop();
     }
     if (now >= next_sweep) {
       attributor.expire(now);
@@ -151,7 +156,7 @@ Result run(double fetches_s, double gets_s, double seconds) {
       r.pending_max = std::max(r.pending_max, attributor.pending());
     }
     const int consumer = static_cast<int>(fetches % kConsumers);
-    const auto partition = static_cast<std::int32_t>((fetches / kConsumers) % kPartitions);
+    const auto partition = static_cast<std::int32_t>((fetches / kConsumers) % partitions);
     const auto correlation = static_cast<std::int32_t>(fetches / kConsumers);
     request.connection = static_cast<std::uint64_t>(consumer) + 1;
     request.correlation_id = correlation;
@@ -166,15 +171,18 @@ Result run(double fetches_s, double gets_s, double seconds) {
     p.in_request = true;
     attributor.on_request(request);
     ++fetches;
+    const std::uint64_t get_end = now + 5 * kMs;
+    // The answer's delay after the GET, 1-8 ms: a fixed spread, the same in every run.
+    const std::uint64_t answer_after = (1 + (fetches * 2654435761u >> 7) % 8) * kMs;
     if (remote) {
       get_credit -= 1;
-      gets_due.push_back(
-          {now + 5 * kMs, 0, correlation, consumer, partition, now, now + kMs, true});
+      gets_due.push({get_end, 0, correlation, consumer, partition, now, now + kMs, true});
     }
-    answers_due.push_back({now + 6 * kMs, 1, correlation, consumer, partition, now, 0, remote});
+    answers_due.push({remote ? get_end + answer_after : now + 6 * kMs, 1, correlation, consumer,
+                      partition, now, 0, remote});
   }
-  for (const Event& e : gets_due) deliver(e);
-  for (const Event& e : answers_due) deliver(e);
+  for (; !gets_due.empty(); gets_due.pop()) deliver(gets_due.top());
+  for (; !answers_due.empty(); answers_due.pop()) deliver(answers_due.top());
   attributor.expire(~0ull);
   const double cpu = thread_cpu_seconds() - cpu0;
   r.ns_per_fetch = cpu * 1e9 / static_cast<double>(fetches);
@@ -190,19 +198,25 @@ Result run(double fetches_s, double gets_s, double seconds) {
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 20.0;
   std::printf(
-      "attribution: %d consumers, %d partitions, 1 GET per remote fetch, answered fetches "
-      "kept 2 s; %.0f s simulated per row, this thread's CPU time\n\n",
-      kConsumers, kPartitions, seconds);
+      "attribution: %d consumers, 1 GET per remote fetch, answered fetches kept 2 s; %.0f s "
+      "simulated per row, this thread's CPU time\n\n",
+      kConsumers, seconds);
   std::printf(
-      "| fetches/s | GETs/s | pending fetches (max) | CPU ns per fetch | CPU ns per GET "
-      "| CPU share at that rate | GETs to their own client | unattributed |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
-  const double rates[][2] = {{1000, 500}, {5000, 1000}, {10000, 5000}, {50000, 5000}};
-  for (const auto& rate : rates) {
-    const Result r = run(rate[0], rate[1], seconds);
-    std::printf("| %.0f | %.0f | %zu | %.0f | %.0f | %.2f%% | %.2f%% | %llu |\n", rate[0], rate[1],
-                r.pending_max, r.ns_per_fetch, r.ns_per_get, r.ns_per_fetch * rate[0] / 1e7,
-                100 * r.right_share, static_cast<unsigned long long>(r.unattributed));
+      "| fetches/s | GETs/s | partitions | pending fetches (max) | CPU ns per fetch "
+      "| CPU ns per GET | CPU share at that rate | GETs to their own client | unattributed |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  struct Row {
+    double fetches_s, gets_s;
+    std::int32_t partitions;
+  };
+  const Row rows[] = {{1000, 500, 8},   {5000, 1000, 8},  {10000, 5000, 8},
+                      {50000, 5000, 8}, {10000, 5000, 1}, {50000, 5000, 1}};
+  for (const Row& row : rows) {
+    const Result r = run(row.fetches_s, row.gets_s, row.partitions, seconds);
+    std::printf("| %.0f | %.0f | %d | %zu | %.0f | %.0f | %.2f%% | %.2f%% | %llu |\n",
+                row.fetches_s, row.gets_s, row.partitions, r.pending_max, r.ns_per_fetch,
+                r.ns_per_get, r.ns_per_fetch * row.fetches_s / 1e7, 100 * r.right_share,
+                static_cast<unsigned long long>(r.unattributed));
     std::fflush(stdout);
   }
   return 0;
