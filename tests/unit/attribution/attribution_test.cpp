@@ -756,3 +756,52 @@ TEST_CASE("fetches finish just after they are answered, closed or pending too lo
   again.expire(20'000);
   CHECK(later_sink.done_clients == std::vector<std::string>{"first", "second", "third"});
 }
+
+TEST_CASE("a finished fetch takes only its own entries out of its partition's lists") {
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"orders", 0}] = 5000;
+  attribution::Options options;
+  options.answered_retain_ns = 1000;
+  options.closed_grace_ns = 10;  // a closed fetch finishes before one answered earlier
+  options.estimate_settle_ns = 5;
+  attribution::Attributor attributor(sink, &tier, options);
+
+  auto gone = fetch(2, 1, "gone", 100, {{"orders", 0, 10}});
+  auto twice = fetch(3, 1, "twice", 110, {{"orders", 0, 10}, {"orders", 0, 10}});
+  auto kept = fetch(1, 1, "kept", 115, {{"orders", 0, 10}});
+  for (const auto* x : {&gone, &twice, &kept}) attributor.on_request(*x);
+  attributor.on_object_read(get(32, 131, 141, "orders", 0, 0, 200));  // oldest first: "gone"
+  attributor.on_object_read(get(33, 132, 142, "orders", 0, 0, 300));  // then "twice"
+  auto kept_answer = respond(kept, 190, 0);  // its GET failed: a storage error, seen late
+  kept_answer.fetch.partitions[0].error_code = 56;
+  attributor.on_exchange(kept_answer);
+  attributor.on_exchange(respond(twice, 200, 300));
+  attributor.on_exchange(respond(gone, 210, 200));
+  attributor.close_connection(3, 205);  // "twice" due after 215
+  attributor.close_connection(2, 212);  // "gone" due after 222
+  REQUIRE(sink.reads.size() == 2);
+
+  // Both finish in one sweep, in arrival order; neither is at the front of the partition's list
+  // of answered fetches ("kept", answered first, is).
+  attributor.expire(230);
+  CHECK(sink.done_clients == std::vector<std::string>{"gone", "twice"});
+  CHECK(attributor.pending() == 1);
+  // Its failed GET, known late (and held for estimate_settle_ns), still finds "kept" there.
+  attributor.on_object_read(get(31, 150, 195, "orders", 0, 0, 0, /*status=*/0));
+  attributor.expire(231);
+  REQUIRE(sink.reads.size() == 3);
+  CHECK(sink.reads.back().client == "kept");
+  CHECK(sink.reads.back().error);
+  // The lists still serve: a new fetch takes its GET.
+  auto fourth = fetch(4, 1, "fourth", 240, {{"orders", 0, 10}});
+  attributor.on_request(fourth);
+  attributor.on_object_read(get(34, 250, 260, "orders", 0, 0, 400));
+  CHECK(sink.reads.back().client == "fourth");
+  attributor.on_exchange(respond(fourth, 270, 400));
+  attributor.expire(1271);
+  CHECK(sink.done_clients == std::vector<std::string>{"gone", "twice", "kept", "fourth"});
+  CHECK(attributor.pending() == 0);
+  attributor.on_object_read(get(35, 2300, 2310, "orders", 0, 0, 500));
+  CHECK(sink.reads.back().client == attribution::kUnattributed);
+}
