@@ -136,7 +136,8 @@ def main():
             urllib.request.urlopen(req, timeout=10)
         world.start_tenants(scanner_passes=args.scanner_passes)
         time.sleep(args.seconds)
-        for name, proc, log in list(world.procs):  # stop the tenants, keep the broker and object store
+        # Stop the tenants; keep the broker and the object store.
+        for name, proc, log in list(world.procs):
             if proc not in (world.broker, world.s3):
                 try:
                     os.killpg(proc.pid, signal.SIGTERM)
