@@ -701,6 +701,9 @@ Status Capture::status() const {
   s.delivered = impl_->delivered;
   s.reader_realtime = impl_->reader_realtime;
   s.reader_priority_error = impl_->reader_priority_error;
+  s.spool_bytes = impl_->spool.held_bytes();
+  s.spool_peak_bytes = impl_->spool.peak_bytes();
+  s.spool_limit_bytes = impl_->spool.max_bytes();
   s.ciphertext_suppressed = impl_->suppressed;
   s.tls_calls_in_progress = __atomic_load_n(&impl_->skel->bss->tls_calls_open, __ATOMIC_RELAXED);
   return s;

@@ -121,9 +121,12 @@ struct Status {
   double load_seconds = 0;  // wall time the kernel took to load (verify) the programs
   std::vector<Counters> per_cpu;
   Counters totals;
-  std::uint64_t delivered = 0;              // records handed to the handler
-  bool reader_realtime = false;             // the ring reader runs at real-time priority
-  std::string reader_priority_error;        // why not, when it was asked to
+  std::uint64_t delivered = 0;        // records handed to the handler
+  bool reader_realtime = false;       // the ring reader runs at real-time priority
+  std::string reader_priority_error;  // why not, when it was asked to
+  // Records the ring reader moved out of the rings that the drain has not decoded yet (now, the
+  // most at once, and the limit, past which the rings fill and drop).
+  std::size_t spool_bytes = 0, spool_peak_bytes = 0, spool_limit_bytes = 0;
   std::uint64_t ciphertext_suppressed = 0;  // TLS ciphertext records dropped in the drain
   std::int64_t tls_calls_in_progress = 0;   // TLS library calls between their two probes
 };

@@ -27,6 +27,11 @@ std::vector<std::uint8_t> Spool::fresh_chunk() {
   return chunk;
 }
 
+void Spool::add_held(std::size_t bytes) {
+  const std::size_t now = held_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (now > peak_.load(std::memory_order_relaxed)) peak_.store(now, std::memory_order_relaxed);
+}
+
 void Spool::push(const void* data, std::size_t size) {
   const std::size_t need = kHeader + padded(size);
   if (!filling_.empty() && filling_.size() + need > chunk_bytes_) {
@@ -35,7 +40,7 @@ void Spool::push(const void* data, std::size_t size) {
       std::lock_guard lock(mutex_);
       ready_.push_back(std::move(filling_));
     }
-    held_.fetch_add(bytes, std::memory_order_relaxed);
+    add_held(bytes);
     filling_ = fresh_chunk();
   }
   const std::size_t at = filling_.size();
@@ -55,7 +60,7 @@ void Spool::publish() {
     waiting = !ready_.empty();
   }
   if (bytes > 0) {
-    held_.fetch_add(bytes, std::memory_order_relaxed);
+    add_held(bytes);
     filling_ = fresh_chunk();
   }
   if (waiting) {

@@ -49,8 +49,12 @@ class Spool {
   }
   // Readable while published records wait (an eventfd): poll() it to wait for records.
   int wake_fd() const { return wake_fd_; }
-  // Bytes published and not taken yet.
+  // Bytes published and not taken yet: the drain's backlog.
   std::size_t held_bytes() const { return held_.load(std::memory_order_relaxed); }
+  // The most bytes ever held at once: how near the drain came to max_bytes (and the rings to
+  // dropping records).
+  std::size_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+  std::size_t max_bytes() const { return max_bytes_; }
 
  private:
   static constexpr std::size_t kHeader = 8;  // u32 size, u32 padding: records stay 8-aligned
@@ -58,6 +62,7 @@ class Spool {
   static std::size_t padded(std::size_t n) { return (n + 7) & ~std::size_t{7}; }
   std::vector<std::vector<std::uint8_t>> take_chunks();
   void give_back(std::vector<std::vector<std::uint8_t>> chunks, std::size_t bytes);
+  void add_held(std::size_t bytes);         // writer
   std::vector<std::uint8_t> fresh_chunk();  // writer: a spare one, or a new one
 
   const std::size_t max_bytes_;
@@ -65,7 +70,8 @@ class Spool {
   int wake_fd_ = -1;
   std::vector<std::uint8_t> filling_;  // writer only
   std::atomic<std::size_t> held_{0};
-  std::mutex mutex_;  // guards ready_ and spares_
+  std::atomic<std::size_t> peak_{0};  // written by the writer only
+  std::mutex mutex_;                  // guards ready_ and spares_
   std::vector<std::vector<std::uint8_t>> ready_;
   std::vector<std::vector<std::uint8_t>> spares_;
 };

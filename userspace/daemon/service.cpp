@@ -423,6 +423,9 @@ struct Service::Impl {
     m.events = events.load(std::memory_order_relaxed);
     m.config_errors = config_errors;
     m.drain_wait_seconds = static_cast<double>(drain_wait_ns) / 1e9;
+    m.spool_bytes = capture_status.spool_bytes;
+    m.spool_peak_bytes = capture_status.spool_peak_bytes;
+    m.spool_limit_bytes = capture_status.spool_limit_bytes;
     for (const auto& cpu : capture_status.per_cpu) m.ring_drops_per_cpu.push_back(cpu.drops);
     m.attribution_incomplete = incomplete();
     m.probes_attached = capture_status.programs.size();
@@ -593,7 +596,10 @@ struct Service::Impl {
       doc["probes_attached"] = m.probes_attached;
       doc["ring_bytes_per_cpu"] = capture_status.ring_bytes_per_cpu;
       doc["ring_reader"] = {{"realtime", capture_status.reader_realtime},
-                            {"error", capture_status.reader_priority_error}};
+                            {"error", capture_status.reader_priority_error},
+                            {"spool_bytes", capture_status.spool_bytes},
+                            {"spool_peak_bytes", capture_status.spool_peak_bytes},
+                            {"spool_limit_bytes", capture_status.spool_limit_bytes}};
       nlohmann::json events_per_cpu = nlohmann::json::array();
       for (const auto& c : capture_status.per_cpu) events_per_cpu.push_back(c.events);
       doc["events_per_cpu"] = events_per_cpu;

@@ -36,6 +36,8 @@ struct SelfMetrics {
   std::uint64_t targets = 0;
   std::uint64_t config_errors = 0;
   double drain_wait_seconds = 0;  // the capture drain waiting for the service lock, in total
+  // The drain's backlog: records out of the rings, not decoded yet (capture::Status).
+  std::uint64_t spool_bytes = 0, spool_peak_bytes = 0, spool_limit_bytes = 0;
   bool attribution_enabled = true;
   // Capture events were lost (ring buffer drops), so some reads may be missing from the figures.
   bool attribution_incomplete = false;

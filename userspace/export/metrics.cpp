@@ -219,6 +219,14 @@ void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
          "Time the capture drain waited for the service lock (held by a scrape, an API request "
          "or a reload): long waits cause ring drops",
          Type::kCounter, self.drain_wait_seconds);
+  single(w, "fetchcost_spool_bytes",
+         "Captured records waiting for the drain to decode them: its backlog. At "
+         "fetchcost_spool_limit_bytes the rings fill, then drop",
+         Type::kGauge, self.spool_bytes);
+  single(w, "fetchcost_spool_peak_bytes", "The largest drain backlog since start", Type::kGauge,
+         self.spool_peak_bytes);
+  single(w, "fetchcost_spool_limit_bytes", "The most the drain's backlog may hold", Type::kGauge,
+         self.spool_limit_bytes);
   header(w, "fetchcost_parse_errors_total", "Malformed input skipped, by decoder", Type::kCounter);
   for (const auto& [decoder, n] : self.parse_errors)
     w.text("fetchcost_parse_errors_total{decoder=\"")

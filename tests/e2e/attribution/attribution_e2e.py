@@ -223,7 +223,8 @@ def main():
         metrics = urllib.request.urlopen(base + "/metrics").read().decode()
         for name in ("kafka_server_remote_fetch_bytes_total", "kafka_server_remote_fetch_requests_total",
                      "kafka_server_remote_fetch_latency_seconds_bucket", "fetchcost_remote_fetch_cost_total",
-                     "fetchcost_client_group_info", "fetchcost_ring_drops_total"):
+                     "fetchcost_client_group_info", "fetchcost_ring_drops_total",
+                     "fetchcost_spool_bytes", "fetchcost_spool_peak_bytes"):
             if name not in metrics:
                 fail(f"{name} missing from /metrics")
         print("PASS")

@@ -62,6 +62,24 @@ TEST_CASE("full once max_bytes are published and not taken") {
   CHECK_FALSE(spool.full());
 }
 
+TEST_CASE("the peak is the most held at once, kept after the drain catches up") {
+  Spool spool(1u << 20, 64);
+  const std::string record(40, 'x');  // 48 bytes with its header
+  CHECK(spool.peak_bytes() == 0);
+  CHECK(spool.max_bytes() == (1u << 20));
+  for (int i = 0; i < 3; ++i) spool.push(record.data(), record.size());
+  spool.publish();
+  CHECK(spool.peak_bytes() == 3 * 48);
+  CHECK(take_all(spool).size() == 3);
+  spool.push(record.data(), record.size());
+  spool.publish();
+  CHECK(spool.held_bytes() == 48);
+  CHECK(spool.peak_bytes() == 3 * 48);  // not lowered by a smaller backlog
+  for (int i = 0; i < 4; ++i) spool.push(record.data(), record.size());
+  spool.publish();
+  CHECK(spool.peak_bytes() == 5 * 48);
+}
+
 TEST_CASE("one writer and one reader on two threads: nothing lost, nothing reordered") {
   Spool spool(8u << 20, 4096);
   constexpr std::uint64_t kRecords = 300'000;
