@@ -281,7 +281,8 @@ class NonDefaultValues(unittest.TestCase):
         self.assertEqual(rule["metadata"]["labels"]["release"], "kube-prometheus-stack")
         names = [r["alert"] for r in rule["spec"]["groups"][0]["rules"]]
         self.assertEqual(names, ["FetchcostCostVelocityHigh", "FetchcostUnattributedShareHigh",
-                                 "FetchcostRingBufferDrops", "FetchcostProbesDetached",
+                                 "FetchcostRingBufferDrops", "FetchcostDrainBehind",
+                                 "FetchcostProbesDetached",
                                  "FetchcostNoTargets", "FetchcostDown"])
         down = rule["spec"]["groups"][0]["rules"][-1]["expr"]
         self.assertIn('up{job=~"fc|kafka/fc"} == 0', down)
