@@ -57,6 +57,17 @@ int run_status(const StatusOptions& o) {
   std::printf("events      %s captured, %s handled, drops %llu (per cpu: %s)\n",
               str(s, "events").c_str(), str(s, "handled_events").c_str(),
               static_cast<unsigned long long>(drops), per_cpu.empty() ? "-" : per_cpu.c_str());
+  if (s.contains("ring_reader") && s["ring_reader"].contains("spool_limit_bytes")) {
+    const auto& r = s["ring_reader"];
+    constexpr double kMiB = 1 << 20;
+    std::printf(
+        "ring reader %s priority; drain backlog %.1f MiB (peak %.1f of %.0f MiB, past "
+        "which the rings drop)\n",
+        r.value("realtime", false) ? "real-time" : "normal",
+        static_cast<double>(r.value("spool_bytes", std::uint64_t{0})) / kMiB,
+        static_cast<double>(r.value("spool_peak_bytes", std::uint64_t{0})) / kMiB,
+        static_cast<double>(r.value("spool_limit_bytes", std::uint64_t{0})) / kMiB);
+  }
   const auto targets = s.value("targets", nlohmann::json::array());
   std::printf("targets     %zu\n", targets.size());
   for (const auto& t : targets) {
