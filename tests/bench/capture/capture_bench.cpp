@@ -3,7 +3,7 @@
 // --pid), its BPF programs' statistics read from /proc/<fetchcostd>/fdinfo.
 //  1. BPF run time per event (BPF_ENABLE_STATS; run_time_ns / run_cnt per program): a process
 //     that is not a target, and a target at 256 B and 4 KiB per call (every byte up to fetchcostd's
-//     cap copied), for both capture variants.
+//     cap copied) and at a writev of 4 iovecs of 64 B, for both capture variants.
 //  2. Loopback TCP throughput at 64 KiB writes, a broker's response path: the writer process is
 //     the target, the reader (the consumer) another process. Rounds without fetchcostd and with
 //     it attached alternate; each pair gives a ratio. Also bytes per CPU-second of writer + reader
