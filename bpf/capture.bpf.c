@@ -1135,7 +1135,9 @@ struct fc_syscall_exit {
 
 static __always_inline int sc_enter(struct fc_syscall_enter* ctx) {
   __u64 pid_tgid = bpf_get_current_pid_tgid();
-  if (!target_of(pid_tgid >> 32)) return 0;
+  /* The bit alone, as on the sock variant's path: a target being removed is caught where its
+   * policy is resolved (emit_data), and a hash lookup here cost every target's call. */
+  if (!is_target(pid_tgid >> 32)) return 0;
   struct sc_args a = {};
   a.nr = ctx->nr;
   /* Probe-read: a syscall with fewer than four arguments has a shorter record; the extra
@@ -1268,7 +1270,7 @@ int sc_enter_close(struct fc_syscall_enter* ctx) {
 static __always_inline int tls_enter(__u64 obj, __u64 buf, __u64 len_ptr, __u8 direction, __u8 ex,
                                      __u8 int_ret, __u8 lib) {
   __u64 pid_tgid = bpf_get_current_pid_tgid();
-  if (!target_of(pid_tgid >> 32)) return 0;
+  if (!is_target(pid_tgid >> 32)) return 0; /* the bit: see sc_enter */
   __u32 tid = (__u32)pid_tgid;
   struct fc_tls_call call = {.obj = obj,
                              .buf = buf,
