@@ -1141,7 +1141,8 @@ static __always_inline int sc_enter(struct fc_syscall_enter* ctx) {
   struct sc_args a = {};
   a.nr = ctx->nr;
   /* Probe-read: a syscall with fewer than four arguments has a shorter record; the extra
-   * words are never used for it. */
+   * words are never used for it. Plain loads of them would make the attach fail (EACCES):
+   * the kernel refuses a program whose furthest context read passes the record's end. */
   bpf_probe_read_kernel(a.args, sizeof(a.args), ctx->args);
   __u32 tid = (__u32)pid_tgid;
   if (a.nr == NR_close) { /* nothing to wait for: report and forget the connection now */
