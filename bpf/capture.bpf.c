@@ -1135,8 +1135,9 @@ struct fc_syscall_exit {
 
 static __always_inline int sc_enter(struct fc_syscall_enter* ctx) {
   __u64 pid_tgid = bpf_get_current_pid_tgid();
-  /* The bit alone, as on the sock variant's path: a target being removed is caught where its
-   * policy is resolved (emit_data), and a hash lookup here cost every target's call. */
+  /* The bit alone, as on the sock variant's path: userspace sets it only while the target's
+   * entry exists (after adding it, cleared before removing it), so looking the entry up here
+   * as well only cost every target's call a hash lookup. */
   if (!is_target(pid_tgid >> 32)) return 0;
   struct sc_args a = {};
   a.nr = ctx->nr;
