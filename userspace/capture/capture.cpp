@@ -67,11 +67,21 @@ bool kernel_has_sock_tracepoints() {
          kernel_has_state_tracepoint();
 }
 
+// bpf_task_pt_regs in a tracepoint program (Linux >= 5.15): the syscall exit programs can read
+// the call's arguments from the registers saved at its entry.
+bool kernel_has_task_pt_regs() {
+  return libbpf_probe_bpf_helper(BPF_PROG_TYPE_TRACEPOINT, BPF_FUNC_task_pt_regs, nullptr) == 1;
+}
+
 bool is_sock_program(const char* name) {
   return std::strncmp(name, "sock_", 5) == 0;
 }
-bool is_syscall_program(const char* name) {
-  return std::strncmp(name, "sc_", 3) == 0;
+// sc_enter_close reports a close() in both syscall variants; the exit-only variant has no other
+// entry program.
+bool is_syscall_program(const char* name, Variant variant) {
+  if (std::strcmp(name, "sc_enter_close") == 0) return true;
+  if (variant == Variant::kSyscallTracepoints) return std::strncmp(name, "sc_ret_", 7) == 0;
+  return std::strncmp(name, "sc_enter_", 9) == 0 || std::strncmp(name, "sc_exit_", 8) == 0;
 }
 bool is_tls_program(const char* name) {
   return std::strncmp(name, "tls_", 4) == 0;
@@ -97,6 +107,8 @@ const char* variant_name(Variant v) {
       return "sock-tracepoints";
     case Variant::kSyscallTracepoints:
       return "syscall-tracepoints";
+    case Variant::kSyscallEntryExit:
+      return "syscall-entry-exit";
     default:
       return "auto";
   }
@@ -406,6 +418,9 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
     return make_error(
         "this kernel lacks the sock_send_length/sock_recv_length tracepoints (Linux >= 6.3): "
         "use the syscall-tracepoint variant (--capture-variant=syscall-tracepoints or auto)");
+  if (impl->variant == Variant::kSyscallTracepoints && !kernel_has_task_pt_regs())
+    impl->variant = Variant::kSyscallEntryExit;  // Linux < 5.15: the same hooks, in pairs
+  const bool by_syscall = impl->variant != Variant::kSockTracepoints;
 
   impl->skel = fetchcost_capture__open();
   if (!impl->skel) return make_error("cannot open the BPF object: " + errno_text(errno));
@@ -422,10 +437,10 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
   bpf_object__for_each_program(prog, impl->skel->obj) {
     const char* name = bpf_program__name(prog);
     const bool load =
-        is_tls_program(name) ||
-        (impl->variant == Variant::kSockTracepoints
-             ? is_sock_program(name)
-             : is_syscall_program(name) || (state_tp && std::strcmp(name, "sock_set_state") == 0));
+        is_tls_program(name) || (impl->variant == Variant::kSockTracepoints
+                                     ? is_sock_program(name)
+                                     : is_syscall_program(name, impl->variant) ||
+                                           (state_tp && std::strcmp(name, "sock_set_state") == 0));
     bpf_program__set_autoload(prog, load);
   }
 
@@ -443,9 +458,12 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
   // The fallback keeps connections in a hash keyed by socket address; the sock variant keeps
   // them in socket-local storage and leaves the hash empty (one entry per CPU, not 64 Ki
   // preallocated ones: about 10 MiB of kernel memory).
-  impl->skel->rodata->cfg_conns_by_address = impl->variant == Variant::kSyscallTracepoints;
+  impl->skel->rodata->cfg_conns_by_address = by_syscall;
   if (impl->variant == Variant::kSockTracepoints)
     bpf_map__set_max_entries(impl->skel->maps.conns, static_cast<__u32>(impl->cpus));
+  // Only the entry-exit pairs carry arguments in a map (16 Ki preallocated entries).
+  if (impl->variant != Variant::kSyscallEntryExit)
+    bpf_map__set_max_entries(impl->skel->maps.sc_inflight, 1);
   bpf_map__set_max_entries(impl->skel->maps.ringbufs, static_cast<__u32>(impl->cpus));
   bpf_map__set_max_entries(impl->skel->maps.scratch, static_cast<__u32>(impl->cpus));
   if (bpf_map__set_inner_map_fd(impl->skel->maps.ringbufs, impl->ring_fds[0]) != 0)
@@ -479,7 +497,7 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
   // Attach the socket programs (the TLS ones have no attach target in their SEC and are
   // skipped by the skeleton's auto-attach).
   if (int err = fetchcost_capture__attach(impl->skel); err != 0) {
-    std::string hint = impl->variant == Variant::kSyscallTracepoints
+    std::string hint = by_syscall
                            ? " (the syscall tracepoints need tracefs: `mount -t tracefs nodev "
                              "/sys/kernel/tracing`)"
                            : "";

@@ -23,8 +23,11 @@ namespace fc::capture {
 Result<void> check_environment();
 
 // Which socket hooks to load. kAuto picks the sock tracepoints when the kernel has them
-// (Linux >= 6.3), else the syscall tracepoints.
-enum class Variant { kAuto, kSockTracepoints, kSyscallTracepoints };
+// (Linux >= 6.3), else the syscall tracepoints. kSyscallTracepoints loads exit programs alone,
+// which read a call's arguments from the registers saved at its entry (bpf_task_pt_regs,
+// Linux >= 5.15), and becomes kSyscallEntryExit where the kernel lacks that helper: entry and
+// exit programs, the arguments kept in a map between them (Linux >= 5.8).
+enum class Variant { kAuto, kSockTracepoints, kSyscallTracepoints, kSyscallEntryExit };
 const char* variant_name(Variant v);
 
 // How many bytes to copy for a connection: per call and per iovec (writev/sendmsg/readv/recvmsg).
@@ -48,7 +51,7 @@ struct Options {
   // otherwise records wait for poll()'s timeout. Per-record wakeups cost ~1 us each.
   std::size_t wakeup_bytes = 0;
   Policy default_policy;             // for targets added without their own policy
-  Variant variant = Variant::kAuto;  // kSyscallTracepoints forces the fallback
+  Variant variant = Variant::kAuto;  // kSyscall*: force a fallback
   bool tls = true;                   // attach TLS uprobes to targets' TLS libraries
   // TLS libraries NOT to hook: "openssl", "boringssl", "gnutls", or a substring of a library
   // path (e.g. "libgnutls"). A skipped library's connections stay ciphertext.

@@ -130,8 +130,11 @@ int main(int argc, char** argv) {
   app.add_flag("--no-realtime-reader", no_realtime_reader,
                "Run the thread that moves records out of the rings at normal priority");
   app.add_option("--capture-variant", variant,
-                 "Socket hooks: auto, sock-tracepoints (Linux >= 6.3) or syscall-tracepoints")
-      ->check(CLI::IsMember({"auto", "sock-tracepoints", "syscall-tracepoints"}))
+                 "Socket hooks: auto, sock-tracepoints (Linux >= 6.3), syscall-tracepoints (exit "
+                 "programs, Linux >= 5.15; else as syscall-entry-exit) or syscall-entry-exit "
+                 "(Linux >= 5.8)")
+      ->check(
+          CLI::IsMember({"auto", "sock-tracepoints", "syscall-tracepoints", "syscall-entry-exit"}))
       ->capture_default_str();
   app.add_flag("--no-tls", no_tls, "Do not attach TLS uprobes");
   app.add_option(
@@ -183,6 +186,7 @@ int main(int argc, char** argv) {
   options.default_policy = {capture_bytes, iovec_bytes, FC_ROLE_OTHER};
   options.variant = variant == "sock-tracepoints"      ? fc::capture::Variant::kSockTracepoints
                     : variant == "syscall-tracepoints" ? fc::capture::Variant::kSyscallTracepoints
+                    : variant == "syscall-entry-exit"  ? fc::capture::Variant::kSyscallEntryExit
                                                        : fc::capture::Variant::kAuto;
   options.tls = !no_tls;
   options.tls_skip = tls_skip;

@@ -3,7 +3,8 @@
 // --pid), its BPF programs' statistics read from /proc/<fetchcostd>/fdinfo.
 //  1. BPF run time per event (BPF_ENABLE_STATS; run_time_ns / run_cnt per program): a process
 //     that is not a target, and a target at 256 B and 4 KiB per call (every byte up to fetchcostd's
-//     cap copied) and at a writev of 4 iovecs of 64 B, for both capture variants.
+//     cap copied) and at a writev of 4 iovecs of 64 B, for each capture variant (the syscall
+//     tracepoints as exit programs alone and as entry-exit pairs).
 //  2. Loopback TCP throughput at 64 KiB writes, a broker's response path: the writer process is
 //     the target, the reader (the consumer) another process. Rounds without fetchcostd and with
 //     it attached alternate; each pair gives a ratio. Also bytes per CPU-second of writer + reader
@@ -257,9 +258,11 @@ double target_cost(const Delta& d, double events, double non_target_ns) {
 // Prints the cases of one variant; returns its non-target cost per program.
 std::map<std::string, double> print_runtime(const std::string& variant) {
   const bool sock = variant == "sock-tracepoints";
-  const std::vector<std::string> recv_progs =
-      sock ? std::vector<std::string>{"sock_recv_lengt"}  // kernel names stop at 15 chars
-           : std::vector<std::string>{"sc_enter_read", "sc_exit_read"};
+  const bool pairs = variant == "syscall-entry-exit";
+  using Names = std::vector<std::string>;
+  const Names recv_progs = sock    ? Names{"sock_recv_lengt"}  // kernel names stop at 15 chars
+                           : pairs ? Names{"sc_enter_read", "sc_exit_read"}
+                                   : Names{"sc_ret_read"};
   struct Case {
     const char* label;
     bool target;
@@ -274,10 +277,10 @@ std::map<std::string, double> print_runtime(const std::string& variant) {
   constexpr int kCalls = 20000;
   std::map<std::string, double> non_target;  // program -> ns per run
   for (const auto& c : cases) {
-    const std::vector<std::string> send_progs =
-        sock       ? std::vector<std::string>{"sock_send_lengt"}
-        : c.iovecs ? std::vector<std::string>{"sc_enter_writev", "sc_exit_writev"}
-                   : std::vector<std::string>{"sc_enter_write", "sc_exit_write"};
+    const Names send_progs = sock    ? Names{"sock_send_lengt"}
+                             : pairs ? (c.iovecs ? Names{"sc_enter_writev", "sc_exit_writev"}
+                                                 : Names{"sc_enter_write", "sc_exit_write"})
+                                     : Names{c.iovecs ? "sc_ret_writev" : "sc_ret_write"};
     Child bystander([] { return std::pair<double, double>{0, 0}; });  // watched when c isn't
     Child child([=] { return ping_writes(c.size, kCalls, c.iovecs); });
     Daemon daemon(c.target ? child.pid : bystander.pid, variant, 4096, 128 * 1024);
@@ -482,7 +485,10 @@ int main(int argc, char** argv) {
       "/proc/PID/fdinfo; 20000 write+read pairs each; other processes' runs taken out at the "
       "non-target cost):\n");
   const auto non_target = print_runtime("sock-tracepoints");
-  if (!throughput_only) print_runtime("syscall-tracepoints");
+  if (!throughput_only) {
+    print_runtime("syscall-tracepoints");
+    print_runtime("syscall-entry-exit");
+  }
   std::printf(
       "Loopback TCP throughput, 64 KiB writes by the target to a reader process that is "
       "not one, %.1f s per run, %d round pairs, fetchcostd --capture-bytes %u:\n",

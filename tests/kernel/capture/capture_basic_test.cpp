@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,18 +150,31 @@ TEST_CASE("a target's socket write arrives with its pid, tid, comm and bytes; ot
 TEST_CASE("each program is verified within 40% of the verifier's instruction limit") {
   fc::testing::require_root("loading BPF programs");
   for (auto variant :
-       {fc::capture::Variant::kSockTracepoints, fc::capture::Variant::kSyscallTracepoints}) {
+       {fc::capture::Variant::kSockTracepoints, fc::capture::Variant::kSyscallTracepoints,
+        fc::capture::Variant::kSyscallEntryExit}) {
     INFO("variant " << fc::capture::variant_name(variant));
     auto capture = fc::capture::Capture::open({.ring_bytes_per_cpu = 1 << 16, .variant = variant},
                                               [](const auto&) {});
     REQUIRE_MESSAGE(capture.ok(), (capture.ok() ? "" : capture.error().message));
     const auto status = (*capture)->status();
     CHECK(status.load_seconds > 0);
+    // This kernel (>= 5.15) has bpf_task_pt_regs: each variant loads as asked.
+    CHECK(status.variant == variant);
     REQUIRE(status.programs.size() >= 3);
+    std::set<std::string> names;
     for (const auto& p : status.programs) {
       INFO("program " << p.name << ": " << p.verified_insns << " instructions");
+      names.insert(p.name);
       CHECK(p.verified_insns > 0);
       CHECK(p.verified_insns <= 400000);
     }
+    // The syscall variants: exit programs alone, or entry-exit pairs; close() in both.
+    const bool by_syscall = variant != fc::capture::Variant::kSockTracepoints;
+    const bool pairs = variant == fc::capture::Variant::kSyscallEntryExit;
+    CHECK(names.count("sc_ret_write") == (by_syscall && !pairs));
+    CHECK(names.count("sc_exit_write") == pairs);
+    CHECK(names.count("sc_enter_write") == pairs);
+    CHECK(names.count("sc_enter_close") == by_syscall);
+    CHECK(names.count("sock_send_length") == !by_syscall);
   }
 }
