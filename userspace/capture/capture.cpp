@@ -420,32 +420,10 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
         "use the syscall-tracepoint variant (--capture-variant=syscall-tracepoints or auto)");
   if (impl->variant == Variant::kSyscallTracepoints && !kernel_has_task_pt_regs())
     impl->variant = Variant::kSyscallEntryExit;  // Linux < 5.15: the same hooks, in pairs
-  const bool by_syscall = impl->variant != Variant::kSockTracepoints;
 
-  impl->skel = fetchcost_capture__open();
-  if (!impl->skel) return make_error("cannot open the BPF object: " + errno_text(errno));
-  impl->skel->rodata->cfg_self_tgid = static_cast<__u32>(getpid());
   impl->ring_bytes = round_up_pow2(options.ring_bytes_per_cpu);
-  impl->skel->rodata->cfg_wakeup_bytes =
-      options.wakeup_bytes ? options.wakeup_bytes : std::max<std::size_t>(impl->ring_bytes / 8, 1);
-
-  // Feature probe result: load exactly one socket variant; TLS programs load always (they are
-  // attached per target later, by hand). The fallback also takes the TCP state tracepoint when
-  // the kernel has it, for connections that end without a close() (resets, process exit).
-  const bool state_tp = kernel_has_state_tracepoint();
-  bpf_program* prog;
-  bpf_object__for_each_program(prog, impl->skel->obj) {
-    const char* name = bpf_program__name(prog);
-    const bool load =
-        is_tls_program(name) || (impl->variant == Variant::kSockTracepoints
-                                     ? is_sock_program(name)
-                                     : is_syscall_program(name, impl->variant) ||
-                                           (state_tp && std::strcmp(name, "sock_set_state") == 0));
-    bpf_program__set_autoload(prog, load);
-  }
-
-  // The ring buffers are created here so their size is the one the verifier checks every
-  // inner map against (the first one doubles as the array's inner-map template).
+  // The ring buffers are created first: their size is the one the verifier checks every inner
+  // map against (the first one doubles as the array's inner-map template).
   for (int cpu = 0; cpu < impl->cpus; ++cpu) {
     int fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "fc_ring", 0, 0,
                             static_cast<__u32>(impl->ring_bytes), nullptr);
@@ -455,25 +433,66 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
                         " (lower the ring size or raise the memory limit)");
     impl->ring_fds.push_back(fd);
   }
-  // The fallback keeps connections in a hash keyed by socket address; the sock variant keeps
-  // them in socket-local storage and leaves the hash empty (one entry per CPU, not 64 Ki
-  // preallocated ones: about 10 MiB of kernel memory).
-  impl->skel->rodata->cfg_conns_by_address = by_syscall;
-  if (impl->variant == Variant::kSockTracepoints)
-    bpf_map__set_max_entries(impl->skel->maps.conns, static_cast<__u32>(impl->cpus));
-  // Only the entry-exit pairs carry arguments in a map (16 Ki preallocated entries).
-  if (impl->variant != Variant::kSyscallEntryExit)
-    bpf_map__set_max_entries(impl->skel->maps.sc_inflight, 1);
-  bpf_map__set_max_entries(impl->skel->maps.ringbufs, static_cast<__u32>(impl->cpus));
-  bpf_map__set_max_entries(impl->skel->maps.scratch, static_cast<__u32>(impl->cpus));
-  if (bpf_map__set_inner_map_fd(impl->skel->maps.ringbufs, impl->ring_fds[0]) != 0)
-    return make_error("cannot set the ring buffer template: " + errno_text(errno));
 
-  const auto load_start = std::chrono::steady_clock::now();
-  const int load_err = fetchcost_capture__load(impl->skel);
-  impl->load_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  if (int err = load_err; err != 0) {
+  // Opens and loads the object for impl->variant; returns the load's error (0: loaded).
+  const bool state_tp = kernel_has_state_tracepoint();
+  auto open_and_load = [&]() -> Result<int> {
+    if (impl->skel) fetchcost_capture__destroy(impl->skel);
+    impl->skel = fetchcost_capture__open();
+    if (!impl->skel) return make_error("cannot open the BPF object: " + errno_text(errno));
+    const bool by_syscall = impl->variant != Variant::kSockTracepoints;
+    impl->skel->rodata->cfg_self_tgid = static_cast<__u32>(getpid());
+    impl->skel->rodata->cfg_wakeup_bytes = options.wakeup_bytes
+                                               ? options.wakeup_bytes
+                                               : std::max<std::size_t>(impl->ring_bytes / 8, 1);
+    // Feature probe result: load exactly one socket variant; TLS programs load always (they are
+    // attached per target later, by hand). The fallback also takes the TCP state tracepoint
+    // when the kernel has it, for connections that end without a close() (resets, exit).
+    bpf_program* prog;
+    bpf_object__for_each_program(prog, impl->skel->obj) {
+      const char* name = bpf_program__name(prog);
+      const bool load = is_tls_program(name) ||
+                        (by_syscall ? is_syscall_program(name, impl->variant) ||
+                                          (state_tp && std::strcmp(name, "sock_set_state") == 0)
+                                    : is_sock_program(name));
+      bpf_program__set_autoload(prog, load);
+    }
+    // The fallback keeps connections in a hash keyed by socket address; the sock variant keeps
+    // them in socket-local storage and leaves the hash empty (one entry per CPU, not 64 Ki
+    // preallocated ones: about 10 MiB of kernel memory).
+    impl->skel->rodata->cfg_conns_by_address = by_syscall;
+    if (!by_syscall)
+      bpf_map__set_max_entries(impl->skel->maps.conns, static_cast<__u32>(impl->cpus));
+    // Only the entry-exit pairs carry arguments in a map (16 Ki preallocated entries).
+    if (impl->variant != Variant::kSyscallEntryExit)
+      bpf_map__set_max_entries(impl->skel->maps.sc_inflight, 1);
+    bpf_map__set_max_entries(impl->skel->maps.ringbufs, static_cast<__u32>(impl->cpus));
+    bpf_map__set_max_entries(impl->skel->maps.scratch, static_cast<__u32>(impl->cpus));
+    if (bpf_map__set_inner_map_fd(impl->skel->maps.ringbufs, impl->ring_fds[0]) != 0)
+      return make_error("cannot set the ring buffer template: " + errno_text(errno));
+    const auto load_start = std::chrono::steady_clock::now();
+    const int err =
+        impl->variant == Variant::kSyscallTracepoints && options.test_refuse_syscall_exit_programs
+            ? -EACCES
+            : fetchcost_capture__load(impl->skel);
+    impl->load_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+    return err;
+  };
+  auto load_err = open_and_load();
+  if (!load_err.ok()) return load_err.error();
+  if (*load_err != 0 && impl->variant == Variant::kSyscallTracepoints) {
+    // The exit programs read saved registers through trusted task pointers, which a kernel's
+    // verifier may refuse even where the helper exists: the pairs need neither.
+    std::fprintf(stderr,
+                 "fetchcost: the kernel refused the syscall exit programs (%s); loading the "
+                 "entry-exit pairs instead\n",
+                 errno_text(*load_err).c_str());
+    impl->variant = Variant::kSyscallEntryExit;
+    load_err = open_and_load();
+    if (!load_err.ok()) return load_err.error();
+  }
+  if (int err = *load_err; err != 0) {
     return make_error(std::string("the kernel refused fetchcost's BPF programs (") +
                       errno_text(err) + ", variant " + variant_name(impl->variant) +
                       "); the verifier log above says why. fetchcost needs Linux >= 5.8 with "
@@ -497,7 +516,7 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
   // Attach the socket programs (the TLS ones have no attach target in their SEC and are
   // skipped by the skeleton's auto-attach).
   if (int err = fetchcost_capture__attach(impl->skel); err != 0) {
-    std::string hint = by_syscall
+    std::string hint = impl->variant != Variant::kSockTracepoints
                            ? " (the syscall tracepoints need tracefs: `mount -t tracefs nodev "
                              "/sys/kernel/tracing`)"
                            : "";

@@ -65,6 +65,9 @@ struct Options {
   // needs CAP_SYS_NICE). Its work is a copy per record; at normal priority it can wait on the
   // run queue behind a busy broker while the rings overflow.
   bool realtime_reader = true;
+  // Tests: act as a kernel whose verifier refuses the syscall exit programs (the loader then
+  // falls back to the entry-exit pairs), a path no kernel that runs the tests takes.
+  bool test_refuse_syscall_exit_programs = false;
 };
 
 struct Counters {

@@ -142,6 +142,43 @@ TEST_CASE("a target's socket write arrives with its pid, tid, comm and bytes; ot
   CHECK(totals.events >= 2);
 }
 
+// Where a kernel's verifier refuses the syscall exit programs (they walk trusted task pointers,
+// whose rules changed between kernels), the loader falls back to the entry-exit pairs, which
+// capture the same.
+TEST_CASE("the syscall variant falls back to entry-exit pairs when its exit programs are refused") {
+  fc::testing::require_root("loading BPF programs");
+  std::vector<Seen> seen;
+  auto capture = fc::capture::Capture::open(
+      {.ring_bytes_per_cpu = 1 << 20,
+       .variant = fc::capture::Variant::kSyscallTracepoints,
+       .test_refuse_syscall_exit_programs = true},
+      [&](const auto& ev) {
+        if (ev.data && ev.common.kind == FC_EVENT_DATA)
+          seen.push_back({*ev.data, std::string(ev.payload.begin(), ev.payload.end())});
+      });
+  REQUIRE_MESSAGE(capture.ok(), (capture.ok() ? "" : capture.error().message));
+  CHECK((*capture)->variant() == fc::capture::Variant::kSyscallEntryExit);
+  bool pairs = false;
+  for (const auto& p : (*capture)->status().programs) pairs |= p.name == "sc_exit_write";
+  CHECK(pairs);
+
+  const std::string message = "fetchcost kernel test: captured by the entry-exit pairs";
+  int go, tid_fd;
+  pid_t target = spawn_sender("fc-target-pair", message, go, tid_fd);
+  REQUIRE((*capture)->add_target(target).ok());
+  const pid_t tid = run_sender(go, tid_fd, target);
+  for (int i = 0; i < 20; ++i) REQUIRE((*capture)->poll(50).ok());
+  int sends = 0;
+  for (const Seen& s : seen) {
+    if (s.header.direction != FC_DIR_SEND || s.payload != message) continue;
+    ++sends;
+    CHECK(s.header.c.tid == static_cast<__u32>(tid));
+    CHECK(std::string(s.header.c.comm) == "fc-target-pair");
+    CHECK(s.header.source == FC_SRC_WRITE);
+  }
+  CHECK(sends == 1);
+}
+
 // The verifier walks every path of a program, up to 1,000,000 instructions, and the load time
 // grows with the walk (about 1 s here for the sock variant). A change that multiplies the
 // paths (a branch whose outcome the verifier carries into every later iovec) can double it and
