@@ -76,13 +76,16 @@ bool kernel_has_task_pt_regs() {
 bool is_sock_program(const char* name) {
   return std::strncmp(name, "sock_", 5) == 0;
 }
-// sc_enter_close reports a close() in both syscall variants; the exit-only variant has no other
-// entry program.
+// The syscall variants' programs (bpf/capture.bpf.c): sc_ret alone, or the pairs sc_enter and
+// sc_exit; sc_enter also reports close() for sc_ret.
 bool is_syscall_program(const char* name, Variant variant) {
-  if (std::strcmp(name, "sc_enter_close") == 0) return true;
-  if (variant == Variant::kSyscallTracepoints) return std::strncmp(name, "sc_ret_", 7) == 0;
-  return std::strncmp(name, "sc_enter_", 9) == 0 || std::strncmp(name, "sc_exit_", 8) == 0;
+  if (std::strcmp(name, "sc_enter") == 0) return true;
+  return std::strcmp(name, variant == Variant::kSyscallTracepoints ? "sc_ret" : "sc_exit") == 0;
 }
+// The syscalls whose tracepoints they attach to, each program to all of its own.
+constexpr const char* kSyscallsTraced[] = {
+    "read",   "readv",   "recvfrom", "recvmsg",    "recvmmsg", "write",   "writev",
+    "sendto", "sendmsg", "sendmmsg", "sendfile64", "accept",   "accept4", "connect"};
 bool is_tls_program(const char* name) {
   return std::strncmp(name, "tls_", 4) == 0;
 }
@@ -154,6 +157,7 @@ struct Capture::Impl {
   bool reader_realtime = false;
   std::string reader_priority_error;
   std::vector<int> ring_fds;
+  std::vector<LinkPtr> syscall_links;  // the syscall variants' programs, one link per tracepoint
   EventHandler handler;
   Options options;
   Variant variant = Variant::kAuto;
@@ -173,6 +177,7 @@ struct Capture::Impl {
     }
     if (kick_fd >= 0) close(kick_fd);
     targets.clear();  // uprobe links first
+    syscall_links.clear();
     if (wait_fd >= 0) close(wait_fd);
     for (auto& r : readers)
       if (r->rb) ring_buffer__free(r->rb);
@@ -521,6 +526,26 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
                              "/sys/kernel/tracing`)"
                            : "";
     return make_error("cannot attach fetchcost's BPF programs: " + errno_text(err) + hint);
+  }
+  if (impl->variant != Variant::kSockTracepoints) {
+    // One program per role, attached to every syscall it serves (no auto-attach in its SEC).
+    const bool pairs = impl->variant == Variant::kSyscallEntryExit;
+    std::vector<std::pair<bpf_program*, std::string>> hooks{
+        {impl->skel->progs.sc_enter, "sys_enter_close"}};
+    for (const char* call : kSyscallsTraced) {
+      if (pairs) hooks.emplace_back(impl->skel->progs.sc_enter, std::string("sys_enter_") + call);
+      hooks.emplace_back(pairs ? impl->skel->progs.sc_exit : impl->skel->progs.sc_ret,
+                         std::string("sys_exit_") + call);
+    }
+    for (const auto& [prog, tracepoint] : hooks) {
+      bpf_link* link = bpf_program__attach_tracepoint(prog, "syscalls", tracepoint.c_str());
+      if (!link)
+        return make_error("cannot attach fetchcost's BPF programs to syscalls:" + tracepoint +
+                          ": " + errno_text(errno) +
+                          " (the syscall tracepoints need tracefs: `mount -t tracefs nodev "
+                          "/sys/kernel/tracing`)");
+      impl->syscall_links.emplace_back(link);
+    }
   }
   impl->wait_fd = epoll_create1(EPOLL_CLOEXEC);
   impl->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

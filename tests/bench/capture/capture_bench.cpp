@@ -260,9 +260,11 @@ std::map<std::string, double> print_runtime(const std::string& variant) {
   const bool sock = variant == "sock-tracepoints";
   const bool pairs = variant == "syscall-entry-exit";
   using Names = std::vector<std::string>;
+  // The syscall variants run one program (or pair) for both directions: its runs are split
+  // between them by the calls each made, at the same cost per run.
   const Names recv_progs = sock    ? Names{"sock_recv_lengt"}  // kernel names stop at 15 chars
-                           : pairs ? Names{"sc_enter_read", "sc_exit_read"}
-                                   : Names{"sc_ret_read"};
+                           : pairs ? Names{"sc_enter", "sc_exit"}
+                                   : Names{"sc_ret"};
   struct Case {
     const char* label;
     bool target;
@@ -277,10 +279,7 @@ std::map<std::string, double> print_runtime(const std::string& variant) {
   constexpr int kCalls = 20000;
   std::map<std::string, double> non_target;  // program -> ns per run
   for (const auto& c : cases) {
-    const Names send_progs = sock    ? Names{"sock_send_lengt"}
-                             : pairs ? (c.iovecs ? Names{"sc_enter_writev", "sc_exit_writev"}
-                                                 : Names{"sc_enter_write", "sc_exit_write"})
-                                     : Names{c.iovecs ? "sc_ret_writev" : "sc_ret_write"};
+    const Names send_progs = sock ? Names{"sock_send_lengt"} : recv_progs;
     Child bystander([] { return std::pair<double, double>{0, 0}; });  // watched when c isn't
     Child child([=] { return ping_writes(c.size, kCalls, c.iovecs); });
     Daemon daemon(c.target ? child.pid : bystander.pid, variant, 4096, 128 * 1024);
@@ -292,6 +291,10 @@ std::map<std::string, double> print_runtime(const std::string& variant) {
     const std::string summary = daemon.stop();
     double cost[2] = {0, 0};
     std::uint64_t runs[2] = {0, 0};
+    // One program for both directions (syscall variants): one figure, over both directions'
+    // target calls.
+    const bool shared = send_progs == recv_progs;
+    const double events[2] = {shared ? calls + reads : calls, shared ? calls + reads : reads};
     for (int dir = 0; dir < 2; ++dir) {
       for (const auto& name : dir == 0 ? send_progs : recv_progs) {
         const Delta d = delta(before, after, name);
@@ -300,10 +303,7 @@ std::map<std::string, double> print_runtime(const std::string& variant) {
           non_target[name] = d.runs ? d.ns / static_cast<double>(d.runs) : 0;
           cost[dir] += non_target[name];
         } else {
-          // writev's programs had no non-target case: write's stand in (the same code).
-          const auto nt = non_target.count(name) ? non_target[name]
-                                                 : non_target[name.substr(0, name.size() - 1)];
-          cost[dir] += target_cost(d, dir == 0 ? calls : reads, nt);
+          cost[dir] += target_cost(d, events[dir], non_target[name]);
         }
       }
     }

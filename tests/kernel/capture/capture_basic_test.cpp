@@ -159,7 +159,7 @@ TEST_CASE("the syscall variant falls back to entry-exit pairs when its exit prog
   REQUIRE_MESSAGE(capture.ok(), (capture.ok() ? "" : capture.error().message));
   CHECK((*capture)->variant() == fc::capture::Variant::kSyscallEntryExit);
   bool pairs = false;
-  for (const auto& p : (*capture)->status().programs) pairs |= p.name == "sc_exit_write";
+  for (const auto& p : (*capture)->status().programs) pairs |= p.name == "sc_exit";
   CHECK(pairs);
 
   const std::string message = "fetchcost kernel test: captured by the entry-exit pairs";
@@ -205,13 +205,12 @@ TEST_CASE("each program is verified within 40% of the verifier's instruction lim
       CHECK(p.verified_insns > 0);
       CHECK(p.verified_insns <= 400000);
     }
-    // The syscall variants: exit programs alone, or entry-exit pairs; close() in both.
+    // The syscall variants: the exit program alone, or the entry-exit pair; close() in both.
     const bool by_syscall = variant != fc::capture::Variant::kSockTracepoints;
     const bool pairs = variant == fc::capture::Variant::kSyscallEntryExit;
-    CHECK(names.count("sc_ret_write") == (by_syscall && !pairs));
-    CHECK(names.count("sc_exit_write") == pairs);
-    CHECK(names.count("sc_enter_write") == pairs);
-    CHECK(names.count("sc_enter_close") == by_syscall);
+    CHECK(names.count("sc_ret") == (by_syscall && !pairs));
+    CHECK(names.count("sc_exit") == pairs);
+    CHECK(names.count("sc_enter") == by_syscall);
     CHECK(names.count("sock_send_length") == !by_syscall);
   }
 }
