@@ -73,6 +73,8 @@ def main():
                          "fail (404)")
     ap.add_argument("--log-dirs-rescan-only", action="store_true",
                     help="log_dirs_inotify false: periodic rescans alone keep the local tier")
+    ap.add_argument("--capture-variant", default=None,
+                    help="fetchcostd's socket hooks (kernels < 6.3 load the syscall variants)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         if os.environ.get("CI") == "true":
@@ -105,7 +107,9 @@ def main():
             config["capture"] = {"tls_libraries": ["openssl"]}
         with open(os.path.join(workdir, "fetchcost.json"), "w") as f:
             json.dump(config, f)
-        fc = subprocess.Popen([args.fetchcostd, "--config", os.path.join(workdir, "fetchcost.json")],
+        variant = ["--capture-variant", args.capture_variant] if args.capture_variant else []
+        fc = subprocess.Popen([args.fetchcostd, "--config", os.path.join(workdir, "fetchcost.json")]
+                              + variant,
                               stdout=subprocess.DEVNULL,
                               stderr=open(os.path.join(workdir, "fetchcostd.log"), "w"))
         base = f"http://127.0.0.1:{port}"
@@ -113,6 +117,11 @@ def main():
             scenario.wait_http(base + "/readyz", 30, fc, os.path.join(workdir, "fetchcostd.log"))
         except RuntimeError as e:
             fail(f"fetchcostd did not become ready: {e}")
+        if args.capture_variant:
+            with urllib.request.urlopen(base + "/api/v1/status", timeout=10) as r:
+                loaded = json.load(r)["variant"]
+            if loaded != args.capture_variant:
+                fail(f"fetchcostd loaded {loaded}, not {args.capture_variant}")
         if args.prometheus:
             prom, prom_base = scenario.start_prometheus(workdir, f"127.0.0.1:{port}")
         inotify_fds = 0
