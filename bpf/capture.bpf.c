@@ -10,7 +10,10 @@
  *               saved registers. Identity: the socket cookie. State: socket-local storage
  *               (`conn_store`), found from the socket without a hash lookup and freed with it.
  *   sc_*        tracepoint/syscalls/sys_{enter,exit}_* (Linux >= 5.8): the data calls, accept,
- *               accept4, connect, close. The fd is resolved to its socket by CO-RE reads.
+ *               accept4, connect, close; one program per role, attached by userspace to each of
+ *               these. sc_ret alone (Linux >= 5.15: the arguments from the saved registers), or
+ *               the pair sc_enter/sc_exit (the arguments kept in `sc_inflight` between them);
+ *               sc_enter reports close() in both. The fd is resolved to its socket by CO-RE reads.
  *               Identity: a synthetic id per (socket, accept/connect/first sighting). State: the
  *               `conns` hash, keyed by the socket's address (a probe-read socket pointer
  *               cannot reach socket-local storage).
