@@ -1115,13 +1115,29 @@ int BPF_PROG(sock_set_state, struct sock* sk, int oldstate, int newstate) {
 /* ---------------------------------------------------------------------------------------- */
 /* Variant 2: syscall tracepoints.                                                           */
 
-static __always_inline struct sock* sock_of_fd(__s32 fd) {
+/* `task`: the current task as a trusted pointer (the exit programs), or 0. With it, the walk to
+ * the fd table is plain loads (guarded by the verifier as probe reads are, without a helper call
+ * each); the rest are probe reads either way: an array of pointers and `void *private_data` are
+ * not typed pointers the verifier follows. */
+static __always_inline struct sock* sock_of_fd(__s32 fd, struct task_struct* task) {
   if (fd < 0) return 0;
-  struct task_struct* task = (struct task_struct*)bpf_get_current_task();
-  struct fdtable* fdt = BPF_CORE_READ(task, files, fdt);
-  if (!fdt) return 0;
-  if ((__u32)fd >= BPF_CORE_READ(fdt, max_fds)) return 0;
-  struct file** fds = BPF_CORE_READ(fdt, fd);
+  __u32 max_fds;
+  struct file** fds;
+  if (task) {
+    struct files_struct* files = task->files;
+    if (!files) return 0;
+    struct fdtable* fdt = files->fdt;
+    if (!fdt) return 0;
+    max_fds = fdt->max_fds;
+    fds = fdt->fd;
+  } else {
+    struct task_struct* current = (struct task_struct*)bpf_get_current_task();
+    struct fdtable* fdt = BPF_CORE_READ(current, files, fdt);
+    if (!fdt) return 0;
+    max_fds = BPF_CORE_READ(fdt, max_fds);
+    fds = BPF_CORE_READ(fdt, fd);
+  }
+  if ((__u32)fd >= max_fds) return 0;
   struct file* f = 0;
   if (bpf_core_read(&f, sizeof(f), &fds[fd]) != 0 || !f) return 0;
   unsigned short mode = BPF_CORE_READ(f, f_inode, i_mode);
@@ -1164,7 +1180,7 @@ static __always_inline int on_sys_enter(struct fc_syscall_enter* ctx) {
   bpf_probe_read_kernel(a.args, sizeof(a.args), ctx->args);
   __u32 tid = (__u32)pid_tgid;
   if (a.nr == NR_close) { /* nothing to wait for: report and forget the connection now */
-    struct sock* sk = sock_of_fd((__s32)a.args[0]);
+    struct sock* sk = sock_of_fd((__s32)a.args[0], 0);
     if (!sk) return 0;
     __u64 key = (__u64)sk;
     struct conn_state* st = bpf_map_lookup_elem(&conns, &key);
@@ -1200,7 +1216,7 @@ static __always_inline int on_call_exit(const struct sc_args* ap, long ret, __u6
     if (a.nr == NR_connect && ret != 0 && ret != -115 /* EINPROGRESS */) return 0;
     if (a.nr != NR_connect && ret < 0) return 0;
     __s32 fd = a.nr == NR_connect ? (__s32)a.args[0] : (__s32)ret;
-    struct sock* sk = sock_of_fd(fd);
+    struct sock* sk = sock_of_fd(fd, task);
     if (!sk) return 0;
     __u64 key = (__u64)sk;
     bpf_map_delete_elem(&conns, &key);
@@ -1231,7 +1247,7 @@ static __always_inline int on_call_exit(const struct sc_args* ap, long ret, __u6
       break;
   }
   __s32 fd = (__s32)a.args[0];
-  struct sock* sk = sock_of_fd(fd);
+  struct sock* sk = sock_of_fd(fd, task);
   if (!sk) return 0; /* file I/O: never captured */
   __u64 key = (__u64)sk;
   struct conn_state* st = bpf_map_lookup_elem(&conns, &key);
