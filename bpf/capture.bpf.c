@@ -301,6 +301,12 @@ static __always_inline int is_target(__u32 tgid) {
   return (target_bits[word & (FC_MAX_TGID / 64 - 1)] >> (tgid & 63)) & 1;
 }
 
+/* bpf_get_current_pid_tgid() from a trusted task pointer: two loads instead of a helper call,
+ * for the programs that need the task anyway. */
+static __always_inline __u64 pid_tgid_of(struct task_struct* task) {
+  return ((__u64)(__u32)task->tgid << 32) | (__u32)task->pid;
+}
+
 static __always_inline struct fc_target* target_of(__u32 tgid) {
   if (!is_target(tgid)) return 0;
   return bpf_map_lookup_elem(&targets, &tgid);
@@ -1041,12 +1047,12 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
 
 static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 direction) {
   if (ret <= 0) return 0;
-  __u64 pid_tgid = bpf_get_current_pid_tgid();
+  /* Trusted BTF pointers: plain (CO-RE relocated) loads, no probe-read helper calls. */
+  struct task_struct* task = bpf_get_current_task_btf();
+  __u64 pid_tgid = pid_tgid_of(task);
   if (!is_target(pid_tgid >> 32)) return 0;
   if (direction == FC_DIR_RECV && (flags & MSG_PEEK)) return 0; /* not consumed */
 
-  /* Trusted BTF pointers: plain (CO-RE relocated) loads, no probe-read helper calls. */
-  struct task_struct* task = bpf_get_current_task_btf();
   struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(task);
   __u8 src = FC_SRC_IO_URING;
   long nr = -1;
@@ -1281,9 +1287,9 @@ static __always_inline int on_sys_exit(struct fc_syscall_exit* ctx) {
  * writes them, only ax), as the sock variant reads them. One program run per call instead of
  * two, and no hash update, lookup and delete per call to carry the arguments between them. */
 static __always_inline int on_sys_exit_regs(struct fc_syscall_exit* ctx) {
-  __u64 pid_tgid = bpf_get_current_pid_tgid();
-  if (!is_target(pid_tgid >> 32)) return 0;
   struct task_struct* task = bpf_get_current_task_btf();
+  __u64 pid_tgid = pid_tgid_of(task);
+  if (!is_target(pid_tgid >> 32)) return 0;
   struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(task);
   struct sc_args a = {.nr = ctx->nr, .args = {regs->di, regs->si, regs->dx, regs->r10}};
   return on_call_exit(&a, ctx->ret, pid_tgid, task);
