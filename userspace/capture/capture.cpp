@@ -86,6 +86,8 @@ bool is_syscall_program(const char* name, Variant variant) {
 constexpr const char* kSyscallsTraced[] = {
     "read",   "readv",   "recvfrom", "recvmsg",    "recvmmsg", "write",   "writev",
     "sendto", "sendmsg", "sendmmsg", "sendfile64", "accept",   "accept4", "connect"};
+constexpr const char* kTracefsHint =
+    " (the syscall tracepoints need tracefs: `mount -t tracefs nodev /sys/kernel/tracing`)";
 bool is_tls_program(const char* name) {
   return std::strncmp(name, "tls_", 4) == 0;
 }
@@ -521,11 +523,8 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
   // Attach the socket programs (the TLS ones have no attach target in their SEC and are
   // skipped by the skeleton's auto-attach).
   if (int err = fetchcost_capture__attach(impl->skel); err != 0) {
-    std::string hint = impl->variant != Variant::kSockTracepoints
-                           ? " (the syscall tracepoints need tracefs: `mount -t tracefs nodev "
-                             "/sys/kernel/tracing`)"
-                           : "";
-    return make_error("cannot attach fetchcost's BPF programs: " + errno_text(err) + hint);
+    return make_error("cannot attach fetchcost's BPF programs: " + errno_text(err) +
+                      (impl->variant != Variant::kSockTracepoints ? kTracefsHint : ""));
   }
   if (impl->variant != Variant::kSockTracepoints) {
     // One program per role, attached to every syscall it serves (no auto-attach in its SEC).
@@ -541,9 +540,7 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
       bpf_link* link = bpf_program__attach_tracepoint(prog, "syscalls", tracepoint.c_str());
       if (!link)
         return make_error("cannot attach fetchcost's BPF programs to syscalls:" + tracepoint +
-                          ": " + errno_text(errno) +
-                          " (the syscall tracepoints need tracefs: `mount -t tracefs nodev "
-                          "/sys/kernel/tracing`)");
+                          ": " + errno_text(errno) + kTracefsHint);
       impl->syscall_links.emplace_back(link);
     }
   }

@@ -543,8 +543,9 @@ TEST_CASE("fd reuse gives a new generation, sock tracepoints") {
 TEST_CASE("fd reuse gives a new generation, syscall tracepoints") {
   run_reuse(Variant::kSyscallTracepoints);
 }
-// The entry-exit pairs (kernels before 5.15) differ from the exit programs only in where the
-// arguments come from: every call, connect, accept and close once more.
+// The entry-exit pairs (kernels before 5.15) differ from the exit programs in where the
+// arguments come from and how the fd table is reached: every call, connect, accept and close
+// once more.
 TEST_CASE("every data syscall over IPv4, syscall entry-exit pairs") {
   run_io(Variant::kSyscallEntryExit, AF_INET);
 }
