@@ -106,6 +106,11 @@ int main(int argc, char** argv) {
                  "http | openssl | gnutls (gnutls stands in for an opaque JVM TLS stack)")
       ->check(CLI::IsMember({"http", "openssl", "gnutls"}))
       ->capture_default_str();
+  app.add_option("--s3-read-bytes", sc.read_bytes,
+                 "bytes asked of each read of an S3 response (1-65536; a JVM HTTP client reads "
+                 "in smaller pieces)")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
   app.add_option(
          "--chunk-pool-threads", lc.get_pool_threads,
          "run the S3 GETs on a pool of ForkJoinPool-1-worker-N threads (Aiven's chunk cache) "

@@ -11,6 +11,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -20,7 +21,8 @@ namespace tb {
 // One TCP connection, optionally wrapped in TLS. Blocking I/O: it runs on remote reader threads.
 class S3Connection {
  public:
-  S3Connection(int fd, S3Transport t) : fd_(fd), transport_(t) {}
+  S3Connection(int fd, S3Transport t, std::size_t read_bytes)
+      : fd_(fd), transport_(t), read_bytes_(std::clamp<std::size_t>(read_bytes, 1, kMaxRead)) {}
   ~S3Connection() {
     if (ssl_) SSL_free(ssl_);
     if (gnutls_) gnutls_deinit(gnutls_);
@@ -117,9 +119,9 @@ class S3Connection {
   bool read_to_eof(std::string* out) {
     out->append(rbuf_, rpos_, std::string::npos);
     rpos_ = rbuf_.size();
-    char buf[65536];
+    char buf[kMaxRead];
     ssize_t r;
-    while ((r = read_some(buf, sizeof buf)) > 0) out->append(buf, size_t(r));
+    while ((r = read_some(buf, read_bytes_)) > 0) out->append(buf, size_t(r));
     return r == 0;
   }
 
@@ -129,14 +131,16 @@ class S3Connection {
       rbuf_.clear();
       rpos_ = 0;
     }
-    char buf[65536];
-    ssize_t r = read_some(buf, sizeof buf);
+    char buf[kMaxRead];
+    ssize_t r = read_some(buf, read_bytes_);
     if (r <= 0) return false;
     rbuf_.append(buf, size_t(r));
     return true;
   }
+  static constexpr std::size_t kMaxRead = 65536;
   int fd_;
   S3Transport transport_;
+  std::size_t read_bytes_;
   SSL* ssl_ = nullptr;
   gnutls_session_t gnutls_ = nullptr;
   std::string rbuf_;
@@ -195,7 +199,7 @@ std::unique_ptr<S3Connection> S3Client::take_connection(std::string* error, bool
   timeval timeout{30, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-  auto c = std::make_unique<S3Connection>(fd, config_.transport);
+  auto c = std::make_unique<S3Connection>(fd, config_.transport, config_.read_bytes);
   if (!c->handshake(tls_ctx_, config_.host, error)) return nullptr;
   return c;
 }

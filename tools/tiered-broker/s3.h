@@ -19,6 +19,9 @@ struct S3Config {
   std::string bucket = "tiered";
   std::string prefix;  // object key prefix (Aiven's `prefix` setting)
   S3Transport transport = S3Transport::kHttp;
+  // Bytes asked of each read of a response (an HTTP client's buffer): a JVM broker's client reads
+  // a large object in many smaller reads, each one a socket call fetchcostd sees.
+  std::size_t read_bytes = 65536;
 };
 
 struct S3Response {
