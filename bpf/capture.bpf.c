@@ -49,6 +49,10 @@ const volatile __u64 cfg_wakeup_bytes = 1;
 /* 1 when the syscall-tracepoint variant is loaded: sock_set_state (loaded with both) then
  * finds connections in `conns`, not in socket-local storage. */
 const volatile __u8 cfg_conns_by_address = 0;
+/* 1: record the socket calls of connections whose TLS plaintext is seen (length only, flagged
+ * FC_FLAG_TLS_CIPHERTEXT). Nothing downstream reads them (the plaintext comes as TLS_DATA), and
+ * an OpenSSL read of one TLS record makes two of them (its header, its body): off by default. */
+const volatile __u8 cfg_record_ciphertext = 0;
 
 /* Written by userspace at run time (skeleton .bss). */
 __u64 policy_epoch = 0; /* bumped whenever a policy map changes: connections re-resolve */
@@ -974,6 +978,10 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   /* A send that is not gathered comes after what was (a wrong guess of the framing, a call that
    * cannot be gathered). */
   if (direction == FC_DIR_SEND && !gather) flush_gather(st, sk, pos, pid_tgid, task);
+  if (st->tls && !cfg_record_ciphertext) { /* its plaintext comes as TLS_DATA */
+    count(FC_COUNTER_CIPHERTEXT_SKIPPED);
+    return;
+  }
 
   const int one_range =
       src == FC_SRC_READ || src == FC_SRC_WRITE || src == FC_SRC_SENDTO || src == FC_SRC_RECVFROM;

@@ -106,7 +106,9 @@ enum fc_role {
 /* fc_event_common.flags */
 enum fc_event_flags {
   FC_FLAG_TLS_CIPHERTEXT = 1 << 0, /* raw bytes of a connection whose TLS plaintext is seen:
-                                      length only; consumers use the TLS_DATA events instead */
+                                      length only; consumers use the TLS_DATA events instead.
+                                      Written only when userspace asks (cfg_record_ciphertext);
+                                      otherwise such calls are counted, not recorded */
   FC_FLAG_TRUNCATED_SEGS = 1 << 1, /* more iovecs than FC_MAX_SEGMENTS: the rest are holes */
   FC_FLAG_COPY_FAULT = 1 << 2,     /* a user buffer could not be read: that range is a hole */
   FC_FLAG_TLS_UNBOUND = 1 << 3,    /* TLS_DATA whose socket is not known yet (conn_id = 0) */
@@ -258,8 +260,10 @@ enum fc_counter {
   FC_COUNTER_COPY_FAULTS = 2,
   FC_COUNTER_TLS_EVENTS = 3,
   FC_COUNTER_CONN_EVENTS = 4,
-  FC_COUNTER_FOLDED = 5, /* sendfiles folded into a later record (no record of their own) */
+  FC_COUNTER_FOLDED = 5,   /* sendfiles folded into a later record (no record of their own) */
   FC_COUNTER_GATHERED = 6, /* sends gathered into a later record (no record of their own) */
+  FC_COUNTER_CIPHERTEXT_SKIPPED = 7, /* socket calls of a connection whose TLS plaintext is seen
+                                        (TLS_DATA): no record, unless cfg_record_ciphertext */
   FC_COUNTER_MAX = 8,
 };
 

@@ -168,7 +168,6 @@ struct Capture::Impl {
   double load_seconds = 0;
   std::map<pid_t, Target> targets;
   std::uint64_t delivered = 0;
-  std::uint64_t suppressed = 0;
   fc_data_event widened_event{};  // a short or one-segment record widened (on_sample)
   fc_data_event folded_event{};   // the sendfiles a record's hole_before stands for (on_sample)
 
@@ -302,10 +301,6 @@ struct Capture::Impl {
         widened_event.captured = 0;
         widened_event.nsegs = 0;
         d = &widened_event;
-      }
-      if (!options.deliver_tls_ciphertext && (d->c.flags & FC_FLAG_TLS_CIPHERTEXT)) {
-        ++suppressed;
-        return;
       }
       if (d->hole_before != 0 && d->direction == FC_DIR_SEND && d->hole_before <= d->stream_pos)
         deliver_folded(*d);
@@ -449,6 +444,7 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
     if (!impl->skel) return make_error("cannot open the BPF object: " + errno_text(errno));
     const bool by_syscall = impl->variant != Variant::kSockTracepoints;
     impl->skel->rodata->cfg_self_tgid = static_cast<__u32>(getpid());
+    impl->skel->rodata->cfg_record_ciphertext = options.deliver_tls_ciphertext;
     impl->skel->rodata->cfg_wakeup_bytes = options.wakeup_bytes
                                                ? options.wakeup_bytes
                                                : std::max<std::size_t>(impl->ring_bytes / 8, 1);
@@ -704,12 +700,15 @@ std::vector<Counters> Capture::per_cpu() const {
   read(FC_COUNTER_CONN_EVENTS, &Counters::conn_events);
   read(FC_COUNTER_FOLDED, &Counters::folded);
   read(FC_COUNTER_GATHERED, &Counters::gathered);
+  read(FC_COUNTER_CIPHERTEXT_SKIPPED, &Counters::ciphertext_skipped);
   return result;
 }
 
-Counters Capture::totals() const {
+namespace {
+
+Counters sum_of(const std::vector<Counters>& per_cpu) {
   Counters sum;
-  for (const auto& c : per_cpu()) {
+  for (const auto& c : per_cpu) {
     sum.events += c.events;
     sum.drops += c.drops;
     sum.copy_faults += c.copy_faults;
@@ -717,8 +716,15 @@ Counters Capture::totals() const {
     sum.conn_events += c.conn_events;
     sum.folded += c.folded;
     sum.gathered += c.gathered;
+    sum.ciphertext_skipped += c.ciphertext_skipped;
   }
   return sum;
+}
+
+}  // namespace
+
+Counters Capture::totals() const {
+  return sum_of(per_cpu());
 }
 
 int Capture::cpu_count() const {
@@ -750,20 +756,13 @@ Status Capture::status() const {
   }
   for (const auto& [pid, t] : impl_->targets) s.targets.push_back(t.status);
   s.per_cpu = per_cpu();
-  for (const auto& c : s.per_cpu) {
-    s.totals.events += c.events;
-    s.totals.drops += c.drops;
-    s.totals.copy_faults += c.copy_faults;
-    s.totals.tls_events += c.tls_events;
-    s.totals.conn_events += c.conn_events;
-  }
+  s.totals = sum_of(s.per_cpu);
   s.delivered = impl_->delivered;
   s.reader_realtime = impl_->reader_realtime;
   s.reader_priority_error = impl_->reader_priority_error;
   s.spool_bytes = impl_->spool.held_bytes();
   s.spool_peak_bytes = impl_->spool.peak_bytes();
   s.spool_limit_bytes = impl_->spool.max_bytes();
-  s.ciphertext_suppressed = impl_->suppressed;
   s.tls_calls_in_progress = __atomic_load_n(&impl_->skel->bss->tls_calls_open, __ATOMIC_RELAXED);
   return s;
 }

@@ -56,8 +56,8 @@ struct Options {
   // TLS libraries NOT to hook: "openssl", "boringssl", "gnutls", or a substring of a library
   // path (e.g. "libgnutls"). A skipped library's connections stay ciphertext.
   std::vector<std::string> tls_skip;
-  // Raw (ciphertext) data events of connections whose TLS plaintext is captured are dropped in
-  // the drain unless this is set; they are length-only in any case.
+  // Raw (ciphertext) data events of connections whose TLS plaintext is captured are neither
+  // recorded nor delivered unless this is set; they are length-only in any case.
   bool deliver_tls_ciphertext = false;
   // Report the connections a target already holds when it is added (FC_ORIGIN_PROC_SCAN).
   bool scan_existing_connections = true;
@@ -78,6 +78,8 @@ struct Counters {
   std::uint64_t conn_events = 0;
   std::uint64_t folded = 0;    // sendfiles reported by a later record (no record of their own)
   std::uint64_t gathered = 0;  // sends gathered into a later record (no record of their own)
+  // socket calls of connections whose TLS plaintext is seen: counted, not recorded
+  std::uint64_t ciphertext_skipped = 0;
 };
 
 // One record as the BPF side wrote it. For DATA/TLS_DATA `data` is set, `payload` holds the
@@ -133,8 +135,7 @@ struct Status {
   // Records the ring reader moved out of the rings that the drain has not decoded yet (now, the
   // most at once, and the limit, past which the rings fill and drop).
   std::size_t spool_bytes = 0, spool_peak_bytes = 0, spool_limit_bytes = 0;
-  std::uint64_t ciphertext_suppressed = 0;  // TLS ciphertext records dropped in the drain
-  std::int64_t tls_calls_in_progress = 0;   // TLS library calls between their two probes
+  std::int64_t tls_calls_in_progress = 0;  // TLS library calls between their two probes
 };
 
 class Capture {

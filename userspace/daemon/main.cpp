@@ -56,14 +56,14 @@ std::string endpoint(unsigned family, const std::uint8_t* addr, unsigned port) {
 void print_capture_status(const fc::capture::Status& s) {
   std::fprintf(stderr,
                "status: variant=%s ring=%zu bytes/cpu events=%llu drops=%llu "
-               "delivered=%llu tls_events=%llu ciphertext_suppressed=%llu folded=%llu "
+               "delivered=%llu tls_events=%llu ciphertext_skipped=%llu folded=%llu "
                "gathered=%llu\n",
                fc::capture::variant_name(s.variant), s.ring_bytes_per_cpu,
                static_cast<unsigned long long>(s.totals.events),
                static_cast<unsigned long long>(s.totals.drops),
                static_cast<unsigned long long>(s.delivered),
                static_cast<unsigned long long>(s.totals.tls_events),
-               static_cast<unsigned long long>(s.ciphertext_suppressed),
+               static_cast<unsigned long long>(s.totals.ciphertext_skipped),
                static_cast<unsigned long long>(s.totals.folded),
                static_cast<unsigned long long>(s.totals.gathered));
   for (std::size_t cpu = 0; cpu < s.per_cpu.size(); ++cpu)

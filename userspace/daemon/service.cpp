@@ -606,6 +606,7 @@ struct Service::Impl {
       doc["drops"] = capture_status.totals.drops;
       doc["tls_events"] = capture_status.totals.tls_events;
       doc["folded_sendfiles"] = capture_status.totals.folded;
+      doc["tls_ciphertext_calls_skipped"] = capture_status.totals.ciphertext_skipped;
       doc["handled_events"] = events.load(std::memory_order_relaxed);
       doc["drain"] = {{"wait_seconds_total", static_cast<double>(drain_wait_ns) / 1e9},
                       {"wait_max_seconds", static_cast<double>(drain_wait_max_ns) / 1e9},

@@ -196,7 +196,7 @@ int gnutls_scenario(Child& self, const CertDir& certs) {
   return 0;
 }
 
-void run_pair(Variant variant, bool gnutls, bool skip_gnutls) {
+void run_pair(Variant variant, bool gnutls, bool skip_gnutls, bool record_ciphertext = false) {
   fc::testing::require_root("loading BPF programs and uprobes");
   REQUIRE(fc::capture::check_environment().ok());
   CertDir certs;
@@ -204,6 +204,7 @@ void run_pair(Variant variant, bool gnutls, bool skip_gnutls) {
                                .default_policy = {16384, 16384, FC_ROLE_OTHER},
                                .variant = variant};
   if (skip_gnutls) options.tls_skip = {"gnutls"};
+  options.deliver_tls_ciphertext = record_ciphertext;
   Collector col(options);
   Child target(
       [&](Child& c) { return gnutls ? gnutls_scenario(c, certs) : openssl_scenario(c, certs); });
@@ -257,17 +258,29 @@ void run_pair(Variant variant, bool gnutls, bool skip_gnutls) {
     std::size_t raw = 0;
     for (const auto& r : col.of(target.pid(), FC_EVENT_DATA)) raw += r.data.length;
     CHECK(raw > 2 * (kRequest1.size() + kRequest2.size() + kResponse.size()));
-    CHECK(status.ciphertext_suppressed == 0);
+    CHECK(status.totals.ciphertext_skipped == 0);
     return;
   }
   CHECK((tls_stream(col.records, client, FC_DIR_SEND, lib) == kRequest1 + kRequest2));
   CHECK((tls_stream(col.records, server, FC_DIR_RECV, lib) == kRequest1 + kRequest2));
   CHECK((tls_stream(col.records, server, FC_DIR_SEND, lib) == kResponse));
   CHECK((tls_stream(col.records, client, FC_DIR_RECV, lib) == kResponse));
-  // Ciphertext of these connections never reaches the handler.
-  for (const auto& r : col.of(target.pid(), FC_EVENT_DATA))
-    CHECK((r.common.flags & FC_FLAG_TLS_CIPHERTEXT) == 0);
-  CHECK(status.ciphertext_suppressed > 0);
+  std::size_t ciphertext = 0;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_DATA)) {
+    if (!(r.common.flags & FC_FLAG_TLS_CIPHERTEXT)) continue;
+    ciphertext += r.data.length;
+    CHECK(r.data.captured == 0);  // length only
+  }
+  if (record_ciphertext) {
+    // Asked for: every socket call of these connections after the handshake is a record,
+    // flagged, its bytes at least the plaintext's.
+    CHECK(ciphertext > 2 * (kRequest1.size() + kRequest2.size() + kResponse.size()));
+    CHECK(status.totals.ciphertext_skipped == 0);
+  } else {
+    // By default their socket calls are counted and never recorded.
+    CHECK(ciphertext == 0);
+    CHECK(status.totals.ciphertext_skipped > 0);
+  }
   CHECK(status.totals.tls_events >= 4);
   CHECK(status.tls_calls_in_progress == 0);  // every call returned: none left counted
   CHECK(status.totals.drops == 0);
@@ -414,6 +427,9 @@ TEST_CASE("GnuTLS pair: plaintext both ways, syscall tracepoints") {
 }
 TEST_CASE("GnuTLS skipped by configuration: no uprobes, ciphertext delivered") {
   run_pair(Variant::kSockTracepoints, true, true);
+}
+TEST_CASE("OpenSSL pair with its ciphertext recorded on request: flagged, length only") {
+  run_pair(Variant::kSockTracepoints, false, false, true);
 }
 
 namespace {
