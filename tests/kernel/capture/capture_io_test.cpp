@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <thread>
 
 #include "harness.h"
 #include "testing.h"
@@ -1260,6 +1261,75 @@ void run_many_partitions(Variant variant) {
 }
 
 }  // namespace
+
+namespace {
+
+// A partition's records of several pipe's worth of pages in one sendfile: the kernel splices them
+// to the socket 64 KiB at a time, one sock_sendmsg (and one run of the send program) each. The
+// client reads while the broker side sends (loopback would not hold it all unread).
+constexpr std::size_t kLargeFile = 300000;
+
+std::vector<SendCall> large_sendfile_response() {
+  return response({{false, 24}, {true, kLargeFile}, {false, 10}}, 120);
+}
+
+int large_sendfile_scenario(Child& self) {
+  Loopback lb;
+  if (!open_kafka_loopback(self, lb)) return 10;
+  if (!serve_request(lb, 98)) return 11;
+  const auto calls = large_sendfile_response();
+  std::size_t total = 0;
+  for (const auto& c : calls) total += c.bytes.size();
+  bool read_all = false;
+  std::thread reader([&] {
+    std::string sink(total, '\0');
+    std::size_t got = 0;
+    while (got < total) {
+      const ssize_t n = read(lb.client, sink.data() + got, total - got);
+      if (n <= 0) return;
+      got += static_cast<std::size_t>(n);
+    }
+    read_all = true;
+  });
+  bool sent = true;
+  for (const auto& c : calls) sent = sent && send_call(lb.server, c);
+  if (!sent) shutdown(lb.client, SHUT_RDWR);  // ends the reader
+  reader.join();
+  if (!sent || !read_all) return 12;
+  self.report(lb.client_port);
+  self.wait_parent();
+  return 0;
+}
+
+void run_large_sendfile(Variant variant) {
+  const auto sends = with_port_policy(variant, large_sendfile_scenario, false,
+                                      {4096, 4096, FC_ROLE_KAFKA_CLIENT}, FC_DIR_SEND);
+  std::vector<std::string> bytes;
+  std::vector<std::size_t> captured;
+  for (const auto& c : large_sendfile_response()) {
+    bytes.push_back(c.bytes);
+    captured.push_back(c.file ? 0 : c.bytes.size());
+  }
+  // Both variants: the header, the whole sendfile as one folded record (on the sock tracepoints
+  // all five of its runs folded into it), the tail that ends the response.
+  const auto in_order = check_stream(sends, bytes, captured);
+  REQUIRE(in_order.size() == 3);
+  CHECK(in_order[0].data.source == FC_SRC_WRITEV);
+  CHECK(in_order[1].data.source == FC_SRC_SENDFILE);
+  CHECK(in_order[1].data.length == kLargeFile);
+  CHECK(in_order[1].folded);
+  CHECK(in_order[2].data.source == FC_SRC_WRITEV);
+  CHECK_FALSE(in_order[2].folded);
+}
+
+}  // namespace
+
+TEST_CASE("a sendfile of several 64 KiB splices inside a response is one fold, sock tracepoints") {
+  run_large_sendfile(Variant::kSockTracepoints);
+}
+TEST_CASE("a sendfile of several 64 KiB splices inside a response is one fold, syscall") {
+  run_large_sendfile(Variant::kSyscallTracepoints);
+}
 
 TEST_CASE("a response's later sends are gathered in records of at most 16 and 512 B, sock") {
   run_many_partitions(Variant::kSockTracepoints);
