@@ -962,6 +962,21 @@ bool send_call(int fd, const SendCall& c) {
   return ok;
 }
 
+// What the records of `calls` hold: the calls' bytes in order, and how many of each are captured
+// (a write whole, a sendfile none).
+struct SentStream {
+  std::vector<std::string> bytes;
+  std::vector<std::size_t> captured;
+};
+SentStream sent_stream(const std::vector<SendCall>& calls) {
+  SentStream out;
+  for (const auto& c : calls) {
+    out.bytes.push_back(c.bytes);
+    out.captured.push_back(c.file ? 0 : c.bytes.size());
+  }
+  return out;
+}
+
 // A loopback connection whose listener's port is reported; returns once the parent has made it
 // a Kafka port.
 bool open_kafka_loopback(Child& self, Loopback& lb) {
@@ -1102,17 +1117,12 @@ void run_fold(Variant variant) {
   }
   (void)last_recv;
   const auto calls = broker_calls();
-  std::vector<std::string> bytes;
-  std::vector<std::size_t> captured;
+  const auto sent = sent_stream(calls);
   std::size_t pos = 0;
-  for (const auto& c : calls) {
-    bytes.push_back(c.bytes);
-    captured.push_back(c.file ? 0 : c.bytes.size());
-    pos += c.bytes.size();
-  }
+  for (const auto& b : sent.bytes) pos += b.size();
   std::vector<Record> in_delivery;
   for (const Record* r : sends) in_delivery.push_back(*r);
-  check_stream(in_delivery, bytes, captured);
+  check_stream(in_delivery, sent.bytes, sent.captured);
   for (const Record* r : sends) CHECK(r->common.comm[0] == 0);  // a Kafka client connection
   if (variant != Variant::kSockTracepoints) {                   // a record per call
     REQUIRE(sends.size() == calls.size());
@@ -1232,15 +1242,10 @@ int many_partitions_scenario(Child& self) {
 void run_many_partitions(Variant variant) {
   const auto sends = with_port_policy(variant, many_partitions_scenario, false,
                                       {4096, 4096, FC_ROLE_KAFKA_CLIENT}, FC_DIR_SEND);
-  std::vector<std::string> bytes;
-  std::vector<std::size_t> captured;
-  for (const auto& c : many_partitions()) {
-    bytes.push_back(c.bytes);
-    captured.push_back(c.file ? 0 : c.bytes.size());
-  }
-  const auto in_order = check_stream(sends, bytes, captured);
+  const auto sent = sent_stream(many_partitions());
+  const auto in_order = check_stream(sends, sent.bytes, sent.captured);
   if (variant != Variant::kSockTracepoints) {  // a record per call (sendfiles folded)
-    CHECK(in_order.size() == bytes.size());
+    CHECK(in_order.size() == sent.bytes.size());
     return;
   }
   // Sock variant. The gather closes when it holds 16 headers (partitions 0-15; the sendfile of
@@ -1304,15 +1309,10 @@ int large_sendfile_scenario(Child& self) {
 void run_large_sendfile(Variant variant) {
   const auto sends = with_port_policy(variant, large_sendfile_scenario, false,
                                       {4096, 4096, FC_ROLE_KAFKA_CLIENT}, FC_DIR_SEND);
-  std::vector<std::string> bytes;
-  std::vector<std::size_t> captured;
-  for (const auto& c : large_sendfile_response()) {
-    bytes.push_back(c.bytes);
-    captured.push_back(c.file ? 0 : c.bytes.size());
-  }
   // Both variants: the header, the whole sendfile as one folded record (on the sock tracepoints
   // all five of its runs folded into it), the tail that ends the response.
-  const auto in_order = check_stream(sends, bytes, captured);
+  const auto sent = sent_stream(large_sendfile_response());
+  const auto in_order = check_stream(sends, sent.bytes, sent.captured);
   REQUIRE(in_order.size() == 3);
   CHECK(in_order[0].data.source == FC_SRC_WRITEV);
   CHECK(in_order[1].data.source == FC_SRC_SENDFILE);
