@@ -122,6 +122,9 @@ struct conn_state {
   __u32 fold_len;
   __u32 pad2;
   __u64 resp_end; /* RESP_IN: send-stream position where the current response ends */
+  /* Sock variant: the send-stream position up to which the sends that follow a folded sendfile
+   * splice are the same sendfile's next splices, folded without a look at the call (0: none). */
+  __u64 fold_to;
 };
 /* Fallback variant: keyed by the struct sock address. Userspace shrinks it on the sock variant,
  * which does not use it. */
@@ -878,6 +881,31 @@ static __always_inline void start_response(struct conn_state* st, __u64 pos, __u
   }
 }
 
+/* A sendfile to a TCP socket reaches sock_sendmsg once per pipe's worth of pages (64 KiB), and
+ * the send program runs for each: a 1 MiB partition is 16 runs. Once the first splice of a
+ * sendfile that starts at stream position `pos` and asks for `count` bytes is folded, the
+ * sends that follow it on the socket up to pos + count are that sendfile's bytes (the stream
+ * keeps its order; a sendfile that stops short is resumed with the rest, as Kafka's transferTo
+ * does), so they are folded without the task, the call's registers or the policy
+ * (fold_continuation). The splice that ends the response is left to emit_data. */
+static __always_inline void expect_splices(struct conn_state* st, __u64 pos, __u64 count) {
+  __u64 to = pos + count;
+  if (to > st->resp_end - 1) to = st->resp_end - 1;
+  st->fold_to = to;
+}
+
+/* A send that continues a folded sendfile (expect_splices): its length is folded, as emit_data
+ * would. Returns 0 for any other call. */
+static __always_inline int fold_continuation(struct conn_state* st, __u32 ret) {
+  __u64 end = st->pos[FC_DIR_SEND] + ret;
+  if (end > st->fold_to) return 0; /* also fold_to == 0 */
+  st->pos[FC_DIR_SEND] = end;
+  if (!st->gathering) st->fold_len += ret; /* < 256 MiB: inside one response */
+  if (st->policy.bulk_from) st->bulk_run[FC_DIR_SEND] = ret >= st->policy.bulk_from;
+  count(FC_COUNTER_FOLDED);
+  return 1;
+}
+
 /* One data event for a target's socket call. a0..a3 are the syscall's arguments (fd, buffer,
  * count/iovcnt, flags) when `src` names a syscall, else ignored. */
 static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __u64 pid_tgid,
@@ -931,6 +959,9 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
     }
   }
 
+  /* A call that is not a folded splice ends a sendfile's run of them. */
+  st->fold_to = 0;
+
   __u32 hole = 0; /* folded sendfile bytes right before this call (send direction) */
   int starts = 0; /* this send starts a Kafka response */
   int gather = 0; /* this send continues a response: gather it (sock variant) */
@@ -944,11 +975,13 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
       __u64 end = pos + ret;
       if (end < st->resp_end) {
         if (src == FC_SRC_SENDFILE && st->gathering) { /* inside the gathered record's range */
+          if (sk) expect_splices(st, pos, cnt);
           count(FC_COUNTER_FOLDED);
           return;
         }
         if (src == FC_SRC_SENDFILE && ret <= 0xffffffffU - st->fold_len) {
           st->fold_len += ret;
+          if (sk) expect_splices(st, pos, cnt);
           count(FC_COUNTER_FOLDED);
           return;
         }
@@ -1060,6 +1093,9 @@ static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 
   __u64 pid_tgid = pid_tgid_of(task);
   if (!is_target(pid_tgid >> 32)) return 0;
   if (direction == FC_DIR_RECV && (flags & MSG_PEEK)) return 0; /* not consumed */
+  /* The socket's state before the call's registers: a sendfile's later splices need no more. */
+  struct conn_state* st = bpf_sk_storage_get(&conn_store, sk, 0, 0);
+  if (st && direction == FC_DIR_SEND && fold_continuation(st, (__u32)ret)) return 0;
 
   struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(task);
   __u8 src = FC_SRC_IO_URING;
@@ -1073,10 +1109,9 @@ static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 
   if (src != FC_SRC_UNKNOWN && src != FC_SRC_IO_URING) {
     fd = (__s32)regs->di;
     arg_buf = regs->si;
-    arg_cnt = regs->dx;
+    arg_cnt = src == FC_SRC_SENDFILE ? regs->r10 : regs->dx; /* sendfile's count is its 4th */
   }
 
-  struct conn_state* st = bpf_sk_storage_get(&conn_store, sk, 0, 0);
   if (!st) {
     st = new_sock_conn(sk, bpf_get_socket_cookie(sk), fd, FC_ORIGIN_FIRST_DATA, pid_tgid);
     if (!st) return 0;

@@ -1324,6 +1324,143 @@ void run_large_sendfile(Variant variant) {
 
 }  // namespace
 
+namespace {
+
+// The sends that follow a sendfile's folded first splice are folded from the socket's state
+// alone (sock variant), up to where that sendfile's count ends. The stream stays exact where a
+// many-splice sendfile ends a response (its last splice frames the next response), and where a
+// sendfile to a full non-blocking socket stops short and is resumed by later calls.
+constexpr std::size_t kEndingFile = 200000;
+constexpr std::size_t kResumedFile = 400000;
+
+std::vector<SendCall> ending_sendfile_response() {
+  return response({{false, 24}, {true, kLargeFile}, {true, kEndingFile}}, 130);
+}
+std::vector<SendCall> resumed_sendfile_response() {
+  return response({{false, 24}, {true, kResumedFile}, {false, 10}}, 140);
+}
+
+// The client reads `total` bytes on its own thread; returns whether it got them all.
+std::thread read_all(int fd, std::size_t total, bool& done) {
+  return std::thread([fd, total, &done] {
+    std::string sink(total, '\0');
+    std::size_t got = 0;
+    while (got < total) {
+      const ssize_t n = read(fd, sink.data() + got, total - got);
+      if (n <= 0) return;
+      got += static_cast<std::size_t>(n);
+    }
+    done = true;
+  });
+}
+
+std::size_t total_bytes(const std::vector<SendCall>& calls) {
+  std::size_t total = 0;
+  for (const auto& c : calls) total += c.bytes.size();
+  return total;
+}
+
+// Sends `bytes` with sendfile on a non-blocking socket whose peer does not read yet: the first
+// call stops short (the socket's buffers hold far less), then the reader starts and the rest
+// goes out in as many calls as the socket takes. Returns the calls made, 0 on an error or if the
+// first call was not short.
+int resumed_sendfile(const Loopback& lb, const std::string& bytes, std::thread& reader,
+                     std::size_t reader_total, bool& read_done) {
+  char path[] = "/tmp/fc-fold-XXXXXX";
+  const int f = mkstemp(path);
+  if (f < 0) return 0;
+  unlink(path);
+  if (write(f, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) return 0;
+  off_t at = 0;
+  int calls = 0;
+  while (static_cast<std::size_t>(at) < bytes.size()) {
+    const ssize_t n = sendfile(lb.server, f, &at, bytes.size() - static_cast<std::size_t>(at));
+    ++calls;
+    if (calls == 1 && (n <= 0 || static_cast<std::size_t>(n) == bytes.size())) break;
+    if (calls == 1) reader = read_all(lb.client, reader_total, read_done);
+    if (n < 0 && errno != EAGAIN) break;
+    pollfd p{lb.server, POLLOUT, 0};
+    if (n < 0) poll(&p, 1, 5000);
+  }
+  close(f);
+  return static_cast<std::size_t>(at) == bytes.size() && calls > 1 ? calls : 0;
+}
+
+int ending_and_resumed_scenario(Child& self) {
+  Loopback lb;
+  if (!open_kafka_loopback(self, lb)) return 10;
+  // Response 1: its sendfiles (blocking) end it.
+  if (!serve_request(lb, 97)) return 11;
+  const auto first = ending_sendfile_response();
+  bool read_first = false;
+  std::thread reader = read_all(lb.client, total_bytes(first), read_first);
+  bool sent = true;
+  for (const auto& c : first) sent = sent && send_call(lb.server, c);
+  if (!sent) shutdown(lb.client, SHUT_RDWR);
+  reader.join();
+  if (!sent || !read_first) return 12;
+  // Response 2 on a non-blocking socket with small buffers: its sendfile stops short.
+  if (!serve_request(lb, 96)) return 13;
+  const int small = 4096;
+  setsockopt(lb.server, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+  setsockopt(lb.client, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  fcntl(lb.server, F_SETFL, fcntl(lb.server, F_GETFL) | O_NONBLOCK);
+  const auto second = resumed_sendfile_response();
+  bool read_second = false;
+  std::thread late_reader;
+  const bool ok =
+      send_call(lb.server, second[0]) &&
+      resumed_sendfile(lb, second[1].bytes, late_reader, total_bytes(second), read_second) > 0;
+  pollfd p{lb.server, POLLOUT, 0};
+  const bool tail = ok && poll(&p, 1, 5000) == 1 && send_call(lb.server, second[2]);
+  if (!tail) shutdown(lb.client, SHUT_RDWR);
+  if (late_reader.joinable()) late_reader.join();
+  if (!tail) return 14;
+  if (!read_second) return 15;
+  self.report(lb.client_port);
+  self.wait_parent();
+  return 0;
+}
+
+void run_ending_and_resumed(Variant variant) {
+  const auto sends = with_port_policy(variant, ending_and_resumed_scenario, false,
+                                      {4096, 4096, FC_ROLE_KAFKA_CLIENT}, FC_DIR_SEND);
+  auto calls = ending_sendfile_response();
+  for (auto& c : resumed_sendfile_response()) calls.push_back(c);
+  const auto sent = sent_stream(calls);
+  const auto in_order = check_stream(sends, sent.bytes, sent.captured);
+  // Response 1 ends with a record of the sendfile that ends it, not folded (on the sock
+  // tracepoints its last splice; what came before it is folded).
+  const std::size_t first_end = total_bytes(ending_sendfile_response());
+  std::size_t i = 0;
+  while (i < in_order.size() && in_order[i].data.stream_pos + in_order[i].data.length < first_end)
+    ++i;
+  REQUIRE(i + 3 < in_order.size());
+  CHECK(in_order[i].data.stream_pos + in_order[i].data.length == first_end);
+  CHECK(in_order[i].data.source == FC_SRC_SENDFILE);
+  CHECK_FALSE(in_order[i].folded);
+  // Response 2: its header starts a response (so its sendfile is folded, across all the calls
+  // that sent it), then the tail.
+  REQUIRE(in_order.size() == i + 4);
+  CHECK(in_order[i + 1].data.source == FC_SRC_WRITEV);
+  CHECK(in_order[i + 1].data.length == 24);
+  CHECK(in_order[i + 2].data.source == FC_SRC_SENDFILE);
+  CHECK(in_order[i + 2].data.length == kResumedFile);
+  CHECK(in_order[i + 2].folded);
+  CHECK(in_order[i + 3].data.source == FC_SRC_WRITEV);
+  CHECK(in_order[i + 3].data.length == 10);
+  CHECK_FALSE(in_order[i + 3].folded);
+}
+
+}  // namespace
+
+TEST_CASE("sendfiles that end a response or stop short keep the stream exact, sock tracepoints") {
+  run_ending_and_resumed(Variant::kSockTracepoints);
+}
+TEST_CASE("sendfiles that end a response or stop short keep the stream exact, syscall") {
+  run_ending_and_resumed(Variant::kSyscallTracepoints);
+}
+
 TEST_CASE("a sendfile of several 64 KiB splices inside a response is one fold, sock tracepoints") {
   run_large_sendfile(Variant::kSockTracepoints);
 }
