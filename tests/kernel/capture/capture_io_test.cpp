@@ -1278,29 +1278,43 @@ std::vector<SendCall> large_sendfile_response() {
   return response({{false, 24}, {true, kLargeFile}, {false, 10}}, 120);
 }
 
-int large_sendfile_scenario(Child& self) {
-  Loopback lb;
-  if (!open_kafka_loopback(self, lb)) return 10;
-  if (!serve_request(lb, 98)) return 11;
-  const auto calls = large_sendfile_response();
+std::size_t total_bytes(const std::vector<SendCall>& calls) {
   std::size_t total = 0;
   for (const auto& c : calls) total += c.bytes.size();
-  bool read_all = false;
-  std::thread reader([&] {
+  return total;
+}
+
+// The client reads `total` bytes on a thread of its own; `done` says whether it got them all.
+std::thread read_all(int fd, std::size_t total, bool& done) {
+  return std::thread([fd, total, &done] {
     std::string sink(total, '\0');
     std::size_t got = 0;
     while (got < total) {
-      const ssize_t n = read(lb.client, sink.data() + got, total - got);
+      const ssize_t n = read(fd, sink.data() + got, total - got);
       if (n <= 0) return;
       got += static_cast<std::size_t>(n);
     }
-    read_all = true;
+    done = true;
   });
+}
+
+// The broker side makes `calls` while the client reads them (loopback would not hold them all
+// unread). Returns whether all were sent and read.
+bool send_while_read(const Loopback& lb, const std::vector<SendCall>& calls) {
+  bool read = false;
+  std::thread reader = read_all(lb.client, total_bytes(calls), read);
   bool sent = true;
   for (const auto& c : calls) sent = sent && send_call(lb.server, c);
   if (!sent) shutdown(lb.client, SHUT_RDWR);  // ends the reader
   reader.join();
-  if (!sent || !read_all) return 12;
+  return sent && read;
+}
+
+int large_sendfile_scenario(Child& self) {
+  Loopback lb;
+  if (!open_kafka_loopback(self, lb)) return 10;
+  if (!serve_request(lb, 98)) return 11;
+  if (!send_while_read(lb, large_sendfile_response())) return 12;
   self.report(lb.client_port);
   self.wait_parent();
   return 0;
@@ -1340,26 +1354,6 @@ std::vector<SendCall> resumed_sendfile_response() {
   return response({{false, 24}, {true, kResumedFile}, {false, 10}}, 140);
 }
 
-// The client reads `total` bytes on its own thread; returns whether it got them all.
-std::thread read_all(int fd, std::size_t total, bool& done) {
-  return std::thread([fd, total, &done] {
-    std::string sink(total, '\0');
-    std::size_t got = 0;
-    while (got < total) {
-      const ssize_t n = read(fd, sink.data() + got, total - got);
-      if (n <= 0) return;
-      got += static_cast<std::size_t>(n);
-    }
-    done = true;
-  });
-}
-
-std::size_t total_bytes(const std::vector<SendCall>& calls) {
-  std::size_t total = 0;
-  for (const auto& c : calls) total += c.bytes.size();
-  return total;
-}
-
 // Sends `bytes` with sendfile on a non-blocking socket whose peer does not read yet: the first
 // call stops short (the socket's buffers hold far less), then the reader starts and the rest
 // goes out in as many calls as the socket takes. Returns the calls made, 0 on an error or if the
@@ -1391,14 +1385,7 @@ int ending_and_resumed_scenario(Child& self) {
   if (!open_kafka_loopback(self, lb)) return 10;
   // Response 1: its sendfiles (blocking) end it.
   if (!serve_request(lb, 97)) return 11;
-  const auto first = ending_sendfile_response();
-  bool read_first = false;
-  std::thread reader = read_all(lb.client, total_bytes(first), read_first);
-  bool sent = true;
-  for (const auto& c : first) sent = sent && send_call(lb.server, c);
-  if (!sent) shutdown(lb.client, SHUT_RDWR);
-  reader.join();
-  if (!sent || !read_first) return 12;
+  if (!send_while_read(lb, ending_sendfile_response())) return 12;
   // Response 2 on a non-blocking socket with small buffers: its sendfile stops short.
   if (!serve_request(lb, 96)) return 13;
   const int small = 4096;
