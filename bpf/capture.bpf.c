@@ -887,7 +887,10 @@ static __always_inline void start_response(struct conn_state* st, __u64 pos, __u
  * sends that follow it on the socket up to pos + count are that sendfile's bytes (the stream
  * keeps its order; a sendfile that stops short is resumed with the rest, as Kafka's transferTo
  * does), so they are folded without the task, the call's registers or the policy
- * (fold_continuation). The splice that ends the response is left to emit_data. */
+ * (fold_continuation). The splice that ends the response is left to emit_data. Any other call
+ * on the socket ends the run; should one come from another thread in the middle of a sendfile,
+ * the next splice starts a run from its own position with the whole count, which may reach
+ * past that sendfile, never past the response. */
 static __always_inline void expect_splices(struct conn_state* st, __u64 pos, __u64 count) {
   __u64 to = pos + count;
   if (to > st->resp_end - 1) to = st->resp_end - 1;
