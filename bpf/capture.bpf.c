@@ -41,7 +41,6 @@ char LICENSE[] SEC("license") = "GPL";
 #define PF_IO_WORKER 0x00000010
 
 /* Set by userspace before load. */
-const volatile __u32 cfg_self_tgid = 0; /* never trace fetchcostd itself */
 /* Wake the reader only when a ring's unread data crosses this many bytes: a wakeup per record
  * (the ring buffer's default) costs an irq_work (an IPI, a VM exit under virtualisation) of
  * about a microsecond. Userspace polls with a timeout, so records never wait longer than it. */
@@ -103,29 +102,37 @@ struct {
 
 /* Per connection: socket-local storage on the sock variant, the `conns` hash on the fallback. */
 struct conn_state {
-  __u64 conn_id;
+  /* First: what a sendfile's later splices touch (fold_continuation), in the storage's first
+   * cache line (socket-local storage puts the value 8 bytes into a line of its own): a splice
+   * after the broker ran elsewhere finds these cold, one miss per line. */
   __u64 pos[2];
-  __u64 policy_epoch; /* policy valid when == policy_epoch + 1 */
+  /* Sock variant: the send-stream position up to which the sends that follow a folded sendfile
+   * splice are the same sendfile's next splices, folded without a look at the call (0: none). */
+  __u64 fold_to;
+  /* Sendfile bytes folded and not reported yet: [pos[SEND] - fold_len, pos[SEND]). */
+  __u32 fold_len;
+  __u8 gathering;   /* sends are being gathered into the socket's `gathers` record */
+  __u8 bulk_run[2]; /* per direction: the last call was bulk (fc_policy) */
+  __u8 resp_state;  /* Kafka client connections: enum resp_state of the send direction */
   struct fc_policy policy;
+  /* Splices folded by fold_continuation, added to FC_COUNTER_FOLDED by the connection's next
+   * other event (or its close): a per-CPU counter is one more line per splice. */
+  __u32 folds_uncounted;
+  __u64 conn_id;
+  __u64 policy_epoch; /* policy valid when == policy_epoch + 1 */
   __u32 tgid;
   __u32 generation;
   __s32 fd;
   __u16 local_port;
   __u16 peer_port;
-  __u8 ignored;     /* not an IPv4/IPv6 stream socket */
-  __u8 tls;         /* a TLS library works on this socket: raw bytes are ciphertext */
-  __u8 bulk_run[2]; /* per direction: the last call was bulk (fc_policy) */
-  __u8 resp_state;  /* Kafka client connections: enum resp_state of the send direction */
-  __u8 gathering;   /* sends are being gathered into the socket's `gathers` record */
-  __u8 pad[2];
-  /* Sendfile bytes folded and not reported yet: [pos[SEND] - fold_len, pos[SEND]). */
-  __u32 fold_len;
-  __u32 pad2;
+  __u8 ignored; /* not an IPv4/IPv6 stream socket */
+  __u8 tls;     /* a TLS library works on this socket: raw bytes are ciphertext */
+  __u8 pad[6];
   __u64 resp_end; /* RESP_IN: send-stream position where the current response ends */
-  /* Sock variant: the send-stream position up to which the sends that follow a folded sendfile
-   * splice are the same sendfile's next splices, folded without a look at the call (0: none). */
-  __u64 fold_to;
 };
+/* The value starts 8 bytes into its line: what fold_continuation touches, before conn_id, fits. */
+_Static_assert(__builtin_offsetof(struct conn_state, conn_id) <= 56,
+               "fold_continuation's fields must stay in the storage's first cache line");
 /* Fallback variant: keyed by the struct sock address. Userspace shrinks it on the sock variant,
  * which does not use it. */
 struct {
@@ -252,9 +259,20 @@ struct {
   __type(value, struct sc_args);
 } sc_inflight SEC(".maps");
 
-static __always_inline void count(__u32 which) {
+static __always_inline void count_n(__u32 which, __u64 n) {
   __u64* c = bpf_map_lookup_elem(&counters, &which);
-  if (c) *c += 1;
+  if (c) *c += n;
+}
+
+static __always_inline void count(__u32 which) {
+  count_n(which, 1);
+}
+
+/* Adds the splices fold_continuation folded on this connection to FC_COUNTER_FOLDED. */
+static __always_inline void count_uncounted_folds(struct conn_state* st) {
+  if (!st->folds_uncounted) return;
+  count_n(FC_COUNTER_FOLDED, st->folds_uncounted);
+  st->folds_uncounted = 0;
 }
 
 /* Bytes put into this CPU's ring since it last woke the reader. A wakeup every
@@ -296,15 +314,18 @@ static __always_inline int submit(void* data, __u64 size) {
   return 0;
 }
 
-/* One bit per tgid, set by userspace for the processes in `targets`: the test every socket
- * call on the machine pays is one load, and a target's events skip the `targets` lookup
- * unless a policy must be resolved. */
+/* One bit per tgid, set by userspace for the processes in `targets` (never fetchcostd's own:
+ * Capture::add_target refuses it): the test every socket call on the machine pays is one load
+ * (a read-only global checked beside it was one more cold line per run), and a target's events
+ * skip the `targets` lookup unless a policy must be resolved. */
 __u64 target_bits[FC_MAX_TGID / 64] = {};
 
 static __always_inline int is_target(__u32 tgid) {
   __u32 word = tgid / 64;
-  if (word >= FC_MAX_TGID / 64 || tgid == cfg_self_tgid) return 0;
-  /* The mask (a power of two) keeps the bound visible to the verifier after optimisation. */
+  if (word >= FC_MAX_TGID / 64) return 0;
+  /* The mask (a power of two) keeps the bound visible to the verifier; the barrier keeps the
+   * compiler from dropping it as implied by the test above. */
+  barrier_var(word);
   return (target_bits[word & (FC_MAX_TGID / 64 - 1)] >> (tgid & 63)) & 1;
 }
 
@@ -514,6 +535,7 @@ static __always_inline void flush_gather(struct conn_state* st, struct sock* sk,
 
 /* `sk`: the socket as a trusted pointer (sock variant), else 0. */
 static __always_inline void emit_close(struct conn_state* st, struct sock* sk, __u64 pid_tgid) {
+  count_uncounted_folds(st);
   /* From another context (softirq, a timer): the owner, no thread. */
   __u64 owner = (pid_tgid >> 32) == st->tgid ? pid_tgid : (__u64)st->tgid << 32;
   if (st->fold_len) flush_fold(st, owner, 0);
@@ -905,7 +927,7 @@ static __always_inline int fold_continuation(struct conn_state* st, __u32 ret) {
   st->pos[FC_DIR_SEND] = end;
   if (!st->gathering) st->fold_len += ret; /* < 256 MiB: inside one response */
   if (st->policy.bulk_from) st->bulk_run[FC_DIR_SEND] = ret >= st->policy.bulk_from;
-  count(FC_COUNTER_FOLDED);
+  st->folds_uncounted++;
   return 1;
 }
 
@@ -964,6 +986,7 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
 
   /* A call that is not a folded splice ends a sendfile's run of them. */
   st->fold_to = 0;
+  count_uncounted_folds(st);
 
   __u32 hole = 0; /* folded sendfile bytes right before this call (send direction) */
   int starts = 0; /* this send starts a Kafka response */

@@ -443,7 +443,6 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
     impl->skel = fetchcost_capture__open();
     if (!impl->skel) return make_error("cannot open the BPF object: " + errno_text(errno));
     const bool by_syscall = impl->variant != Variant::kSockTracepoints;
-    impl->skel->rodata->cfg_self_tgid = static_cast<__u32>(getpid());
     impl->skel->rodata->cfg_record_ciphertext = options.deliver_tls_ciphertext;
     impl->skel->rodata->cfg_wakeup_bytes = options.wakeup_bytes
                                                ? options.wakeup_bytes
@@ -577,6 +576,11 @@ Result<TargetStatus> Capture::add_target(pid_t tgid, const Policy& policy) {
   if (tgid <= 0 || static_cast<std::uint32_t>(tgid) >= FC_MAX_TGID)
     return make_error("cannot watch process " + std::to_string(tgid) +
                       ": process ids must be below " + std::to_string(FC_MAX_TGID));
+  // The programs test only the target bit (is_target), so this is what keeps fetchcostd's own
+  // socket calls (its exporter's) out of its capture.
+  if (tgid == getpid())
+    return make_error("cannot watch process " + std::to_string(tgid) +
+                      ": it is fetchcostd itself; give the broker's pid");
   fc_target target{};
   target.default_policy = to_abi(policy);
   __u32 key = static_cast<__u32>(tgid);

@@ -142,6 +142,45 @@ TEST_CASE("a target's socket write arrives with its pid, tid, comm and bytes; ot
   CHECK(totals.events >= 2);
 }
 
+// The programs test only a process's target bit, so add_target is what keeps fetchcostd's own
+// socket calls out of its capture.
+TEST_CASE("fetchcostd's own process is refused as a target, and its socket calls stay silent") {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE_MESSAGE(fc::capture::check_environment().ok(), "environment check failed");
+  std::size_t own_events = 0;
+  auto capture = fc::capture::Capture::open({.ring_bytes_per_cpu = 1 << 20}, [&](const auto& ev) {
+    if (ev.common.tgid == static_cast<__u32>(getpid())) ++own_events;
+  });
+  REQUIRE_MESSAGE(capture.ok(), (capture.ok() ? "" : capture.error().message));
+  const auto refused = (*capture)->add_target(getpid());
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("fetchcostd itself") != std::string::npos);
+
+  // A loopback exchange of this process's own.
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  REQUIRE(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(listen(listener, 1) == 0);
+  REQUIRE(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  int client = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  int server = accept(listener, nullptr, nullptr);
+  REQUIRE(server >= 0);
+  char buf[64] = "fetchcost kernel test: fetchcostd's own bytes";
+  REQUIRE(write(client, buf, sizeof(buf)) == static_cast<ssize_t>(sizeof(buf)));
+  REQUIRE(read(server, buf, sizeof(buf)) > 0);
+  close(server);
+  close(client);
+  close(listener);
+
+  for (int i = 0; i < 10; ++i) REQUIRE((*capture)->poll(50).ok());
+  CHECK(own_events == 0);
+  CHECK((*capture)->totals().events == 0);
+}
+
 // Where a kernel's verifier refuses the syscall exit programs (they walk trusted task pointers,
 // whose rules changed between kernels), the loader falls back to the entry-exit pairs, which
 // capture the same.
