@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: GPL-2.0
+/* What the kernel charges per run of a program on the sock tracepoint, whatever the program does
+ * (bench_dispatch_cost): a program that only counts the runs of one process. And the same on an
+ * fentry of sock_sendmsg, which the bench only tries to load: a kernel that refuses it leaves the
+ * tracepoints as the only socket hooks (no per-sendfile hook can replace the per-splice runs). */
+#include <linux/types.h>
+#include <bpf/bpf_helpers.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+__u32 target_tgid = 0;
+__u64 runs = 0;
+
+SEC("tp_btf/sock_send_length")
+int send_count(__u64* ctx) {
+  if ((__u32)(bpf_get_current_pid_tgid() >> 32) == target_tgid) runs++;
+  return 0;
+}
+
+SEC("fentry/sock_sendmsg")
+int fentry_count(__u64* ctx) {
+  if ((__u32)(bpf_get_current_pid_tgid() >> 32) == target_tgid) runs++;
+  return 0;
+}
