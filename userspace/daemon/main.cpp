@@ -174,6 +174,14 @@ int main(int argc, char** argv) {
       if (!listed(lib) && !(lib == "boringssl" && listed("openssl"))) tls_skip.push_back(lib);
   }
   if (!listen.empty()) config.listen = listen;
+  // Discovery never finds this process; a pid given by hand could be it (Capture refuses it).
+  if (std::find(pids.begin(), pids.end(), static_cast<int>(getpid())) != pids.end()) {
+    std::fprintf(stderr,
+                 "fetchcostd: pid %d is fetchcostd itself; give the broker's pid (--pid or "
+                 "\"pids\" in the config)\n",
+                 static_cast<int>(getpid()));
+    return 2;
+  }
 
   if (auto env = fc::capture::check_environment(); !env) {
     std::fprintf(stderr, "fetchcostd: %s\n", env.error().message.c_str());

@@ -162,6 +162,40 @@ void check_restart(const std::vector<std::string>& selector, const std::string& 
 
 }  // namespace
 
+TEST_CASE("fetchcostd given its own pid exits at once with a message") {
+  const std::string out_path = "/tmp/fc-daemon-own-pid.log";
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // after exec this process is fetchcostd, with this pid
+    int fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    const std::string own = std::to_string(getpid());
+    execl(FETCHCOSTD, FETCHCOSTD, "--pid", own.c_str(), "--listen", "127.0.0.1:0",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  bool exited = false;
+  for (int i = 0; i < 100 && !exited; ++i) {  // 5 s
+    exited = waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!exited) {  // still running: that is the failure
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL("fetchcostd kept running with its own pid as the target");
+  }
+  std::ifstream in(out_path);
+  std::stringstream log;
+  log << in.rdbuf();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+  CHECK(log.str().find("pid " + std::to_string(pid) + " is fetchcostd itself") !=
+        std::string::npos);
+  std::filesystem::remove(out_path);
+}
+
 TEST_CASE("fetchcostd picks up a restarted target (new PID) by command line") {
   fc::testing::require_root("running fetchcostd");
   const std::string marker = "fc-restart-marker-" + std::to_string(getpid());
