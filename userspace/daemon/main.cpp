@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path,
                  "JSON config (docs/configuration.md); command-line options override it");
   app.add_option("--listen", listen, "host:port for /metrics and the API (default 127.0.0.1:9464)");
-  app.add_option("--pid", pids, "Watch these process ids (repeatable)");
+  app.add_option("--pid", pids, "Watch these process ids (repeatable; not fetchcostd's own)");
   app.add_option("--match", match, "Watch processes whose command line contains this")
       ->capture_default_str();
   app.add_option("--cgroup", cgroup,

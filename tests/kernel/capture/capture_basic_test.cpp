@@ -26,6 +26,24 @@ struct Seen {
   std::string payload;
 };
 
+// A loopback TCP connection: its client and accepted ends (the listener is closed). False on
+// any failure.
+bool open_loopback(int& client, int& server) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bool ok = bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+            listen(listener, 1) == 0 &&
+            getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  client = ok ? socket(AF_INET, SOCK_STREAM, 0) : -1;
+  ok = ok && connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  server = ok ? accept(listener, nullptr, nullptr) : -1;
+  close(listener);
+  return ok && server >= 0;
+}
+
 // A child process that, when told to go, opens a loopback TCP connection to itself and has a
 // thread named `thread_name` write `message` on it. It reports that thread's tid on `report`.
 pid_t spawn_sender(const char* thread_name, const std::string& message, int& go_fd, int& tid_fd) {
@@ -39,17 +57,8 @@ pid_t spawn_sender(const char* thread_name, const std::string& message, int& go_
     close(report[0]);
     char byte;
     if (read(go[0], &byte, 1) != 1) _exit(3);
-    int listener = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) _exit(4);
-    listen(listener, 1);
-    getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-    int client = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) _exit(5);
-    int server = accept(listener, nullptr, nullptr);
+    int client = -1, server = -1;
+    if (!open_loopback(client, server)) _exit(4);
     std::thread sender([&] {
       prctl(PR_SET_NAME, thread_name);
       pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
@@ -157,24 +166,13 @@ TEST_CASE("fetchcostd's own process is refused as a target, and its socket calls
   CHECK(refused.error().message.find("fetchcostd itself") != std::string::npos);
 
   // A loopback exchange of this process's own.
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  REQUIRE(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  REQUIRE(listen(listener, 1) == 0);
-  REQUIRE(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  int client = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  int server = accept(listener, nullptr, nullptr);
-  REQUIRE(server >= 0);
+  int client = -1, server = -1;
+  REQUIRE(open_loopback(client, server));
   char buf[64] = "fetchcost kernel test: fetchcostd's own bytes";
   REQUIRE(write(client, buf, sizeof(buf)) == static_cast<ssize_t>(sizeof(buf)));
   REQUIRE(read(server, buf, sizeof(buf)) > 0);
   close(server);
   close(client);
-  close(listener);
 
   for (int i = 0; i < 10; ++i) REQUIRE((*capture)->poll(50).ok());
   CHECK(own_events == 0);
