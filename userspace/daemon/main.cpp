@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
   if (std::find(pids.begin(), pids.end(), static_cast<int>(getpid())) != pids.end()) {
     std::fprintf(stderr,
                  "fetchcostd: pid %d is fetchcostd itself; give the broker's pid (--pid or "
-                 "\"pids\" in the config)\n",
+                 "targets.pids in the config)\n",
                  static_cast<int>(getpid()));
     return 2;
   }

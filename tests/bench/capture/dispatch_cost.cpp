@@ -76,8 +76,9 @@ int main(int argc, char** argv) {
   bpf_program__set_autoload(skel->progs.fentry_count, false);
   skel->bss->target_tgid = static_cast<__u32>(getpid());
   if (dispatch_cost__load(skel) != 0) {
-    std::fprintf(stderr, "bench_dispatch_cost: the tracepoint program did not load (Linux >= 6.3 "
-                         "with BTF is needed for tp_btf/sock_send_length)\n");
+    std::fprintf(stderr,
+                 "bench_dispatch_cost: the tracepoint program did not load (Linux >= 6.3 "
+                 "with BTF is needed for tp_btf/sock_send_length)\n");
     return 1;
   }
   int sv[2];
@@ -106,16 +107,18 @@ int main(int argc, char** argv) {
       (attach ? on : off).push_back(ns);
     }
     diff.push_back(on.back() - off.back());
-    std::printf("pair %d: detached %.1f ns/send, attached %.1f ns/send\n", p, off.back(), on.back());
+    std::printf("pair %d: detached %.1f ns/send, attached %.1f ns/send\n", p, off.back(),
+                on.back());
   }
   const __u64 runs = skel->bss->runs - runs_before;
   std::printf("\nsend() on a full non-blocking socket, %d pairs of %ld calls:\n", pairs, calls);
   std::printf("  detached: median %.1f ns; attached: median %.1f ns\n", median(off), median(on));
-  std::printf("  per run of a program that does nothing (dispatch + one helper call): median "
-              "%.1f ns (pairs %.1f..%.1f); runs counted per attached call: %.3f\n",
-              median(diff), *std::min_element(diff.begin(), diff.end()),
-              *std::max_element(diff.begin(), diff.end()),
-              static_cast<double>(runs) / static_cast<double>(attached_calls));
+  std::printf(
+      "  per run of a program that does nothing (dispatch + one helper call): median "
+      "%.1f ns (pairs %.1f..%.1f); runs counted per attached call: %.3f\n",
+      median(diff), *std::min_element(diff.begin(), diff.end()),
+      *std::max_element(diff.begin(), diff.end()),
+      static_cast<double>(runs) / static_cast<double>(attached_calls));
   std::printf("fentry/sock_sendmsg: %s\n",
               refusal.empty() ? "loads (a per-sendfile hook is possible here)"
                               : ("refused by this kernel (" + refusal + ")").c_str());
