@@ -127,7 +127,10 @@ struct conn_state {
   __u16 peer_port;
   __u8 ignored; /* not an IPv4/IPv6 stream socket */
   __u8 tls;     /* a TLS library works on this socket: raw bytes are ciphertext */
-  __u8 pad[6];
+  /* The source of the gathered record: the one call it holds (a response's first send), or
+   * FC_SRC_GATHERED once it covers more. */
+  __u8 gather_src;
+  __u8 pad[5];
   __u64 resp_end; /* RESP_IN: send-stream position where the current response ends */
 };
 /* The value starts 8 bytes into its line: what fold_continuation touches, before conn_id, fits. */
@@ -813,7 +816,7 @@ static __always_inline void flush_gathered(struct conn_state* st, struct gather_
   __u32 captured = g->hdr.captured;
   __u8 nsegs = g->hdr.nsegs;
   __u16 fault = g->hdr.c.flags & FC_FLAG_COPY_FAULT;
-  fill_data_hdr(&g->hdr, st, pid_tgid, task, FC_SRC_GATHERED, start, (__u32)(end - start),
+  fill_data_hdr(&g->hdr, st, pid_tgid, task, st->gather_src, start, (__u32)(end - start),
                 FC_DIR_SEND, 0);
   g->hdr.c.flags |= fault;
   g->hdr.captured = captured;
@@ -849,6 +852,7 @@ static __always_inline int gather_add(struct conn_state* st, struct gather_buf* 
   __u32 n = g->hdr.nsegs;
   __u64 offset = pos - g->hdr.stream_pos;
   if (n >= FC_MAX_SEGMENTS || at + want > FC_GATHER_BYTES || offset > 0xffffffffULL) return 0;
+  st->gather_src = FC_SRC_GATHERED; /* gather_start names a gather of its one call */
   count(FC_COUNTER_GATHERED);
   __u64 len = want;
   FC_CLAMP(len, FC_GATHER_BYTES);
@@ -901,6 +905,28 @@ static __always_inline void start_response(struct conn_state* st, __u64 pos, __u
   } else if (pos + ret == end) {
     st->resp_state = RESP_NEXT;
   }
+}
+
+/* A send that starts a response (sock variant), whose first `want` bytes fit the gather: it
+ * opens the gather instead of a record of its own, so that a response of a header and a
+ * sendfile (a local fetch of one partition) leaves as one record, not two. Per fetch that is a
+ * reservation, a submit, a clock read and a header less; the record carries the response's
+ * end time, microseconds after its start (the channel is muted until the response is out).
+ * Its size prefix is read back from the gather; a response that ends with this send is handed
+ * on at once. Returns 0 if it was not gathered (the caller gives it a record of its own). */
+static __always_inline int gather_start(struct conn_state* st, struct sock* sk, __u8 src, __u64 pos,
+                                        __u32 ret, __u32 hole, __u32 want, __u64 buf,
+                                        __u64 pid_tgid, struct task_struct* task) {
+  if (!sk || want < 4 || want > FC_GATHER_BYTES || st->gathering) return 0;
+  struct gather_buf* g = bpf_sk_storage_get(&gathers, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+  if (!g || !gather_add(st, g, pos, hole, want, buf)) {
+    st->gathering = 0;
+    return 0;
+  }
+  if (!hole) st->gather_src = src; /* one call so far: its record says which */
+  if (g->hdr.nsegs == 1) start_response(st, pos, ret, *(__u32*)g->data); /* else a copy fault */
+  if (st->resp_state != RESP_IN) flush_gathered(st, g, pos + ret, pid_tgid, task);
+  return 1;
 }
 
 /* A sendfile to a TCP socket reaches sock_sendmsg once per pipe's worth of pages (64 KiB), and
@@ -1001,6 +1027,7 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
       __u64 end = pos + ret;
       if (end < st->resp_end) {
         if (src == FC_SRC_SENDFILE && st->gathering) { /* inside the gathered record's range */
+          st->gather_src = FC_SRC_GATHERED;
           if (sk) expect_splices(st, pos, cnt);
           count(FC_COUNTER_FOLDED);
           return;
@@ -1017,6 +1044,7 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
         /* The send that ends the response joins an open gather; alone it needs none. */
         ends = gather = end == st->resp_end && st->gathering;
         if (ends && src == FC_SRC_SENDFILE) {
+          st->gather_src = FC_SRC_GATHERED;
           count(FC_COUNTER_FOLDED);
           flush_gather(st, sk, end, pid_tgid, task);
           return;
@@ -1055,6 +1083,7 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   if (one_range) {
     __u32 want = min_u32(ret, call_cap);
     if (gather && try_gather(st, sk, pos, ret, hole, want, buf, ends, pid_tgid, task)) return;
+    if (starts && gather_start(st, sk, src, pos, ret, hole, want, buf, pid_tgid, task)) return;
     emit_direct(st, pid_tgid, task, src, pos, ret, direction, hole, want, buf, &head);
     if (starts && head) start_response(st, pos, ret, head);
     return;
@@ -1082,6 +1111,8 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
       __u32 cap = body_from && iov.iov_len >= body_from ? min_u32(iov_cap, body_bytes) : iov_cap;
       __u32 want = min_u32(min_u32(seg, cap), min_u32(call_cap, FC_MAX_CAPTURE));
       if (gather && try_gather(st, sk, pos, ret, hole, want, iov.iov_base, ends, pid_tgid, task))
+        return;
+      if (starts && gather_start(st, sk, src, pos, ret, hole, want, iov.iov_base, pid_tgid, task))
         return;
       if (want == 0)
         emit_length_only(st, pid_tgid, task, src, pos, ret, direction, hole);

@@ -22,12 +22,15 @@
  *        first. Userspace hands such a hole on as the sendfile record it stands for, so
  *        consumers see every call's bytes.
  *        Gathered sends (sock variant only): on a Kafka client connection, the sends of a
- *        response after its first one (partition headers between sendfiles) are gathered into
- *        one record (FC_SRC_GATHERED) that covers them and the sendfiles between them, up to
- *        the call that ends the response: its segments are the headers' bytes, every other
- *        byte of its range is a sendfile's or an uncaptured body's. It comes when the response
+ *        response (its header, partition headers between sendfiles) are gathered into one
+ *        record (FC_SRC_GATHERED) that covers them and the sendfiles between them, up to the
+ *        call that ends the response: its segments are the headers' bytes, every other byte
+ *        of its range is a sendfile's or an uncaptured body's. It comes when the response
  *        ends, or earlier if its buffer is full, a send cannot be gathered, a receive comes or
- *        the connection closes.
+ *        the connection closes; its timestamp is when it left, not when the response began.
+ *        A gathered record of one call only (a response sent whole by its first send) has
+ *        that call's source. A response's first send too large for the gather (more than
+ *        512 bytes captured: many partitions' headers in one write) has a record of its own.
  *   FC_EVENT_CONNECT / FC_EVENT_CLOSE  struct fc_conn_event (no payload).
  * Both start with struct fc_event_common; dispatch on common.kind. */
 #ifndef FETCHCOST_ABI_H

@@ -1137,19 +1137,20 @@ void run_fold(Variant variant) {
     }
     CHECK(col.capture->totals().gathered == 0);
   } else {
-    // The sends after a response's first, and the sendfiles between them, are one record per
-    // response (responses 1 and 2); response 3 has no second write, its sendfiles are folded.
-    const fc_u8 sources[] = {FC_SRC_WRITEV, FC_SRC_GATHERED, FC_SRC_WRITEV,  FC_SRC_GATHERED,
-                             FC_SRC_WRITEV, FC_SRC_SENDFILE, FC_SRC_SENDFILE};
-    const std::size_t lengths[] = {24, 3000 + 30 + 5000 + 10, 20, 4000 + 20 + 2000, 8, 1000, 500};
+    // A response's sends, and the sendfiles between them, are one record (responses 1 and 2).
+    // Response 3 (a wrong guess: it claims more than comes) is gathered until the request after
+    // it; the sendfile after that request is folded, reported at the close.
+    const fc_u8 sources[] = {FC_SRC_GATHERED, FC_SRC_GATHERED, FC_SRC_GATHERED, FC_SRC_SENDFILE};
+    const std::size_t lengths[] = {24 + 3000 + 30 + 5000 + 10, 20 + 4000 + 20 + 2000, 8 + 1000,
+                                   500};
     REQUIRE(sends.size() == std::size(sources));
     for (std::size_t i = 0; i < sends.size(); ++i) {
       INFO("record " << i);
       CHECK(sends[i]->data.source == sources[i]);
       CHECK(sends[i]->data.length == lengths[i]);
-      CHECK(sends[i]->folded == (i >= 5));
+      CHECK(sends[i]->folded == (i >= 3));
     }
-    CHECK(col.capture->totals().gathered == 3);
+    CHECK(col.capture->totals().gathered == 6);  // the writes
   }
   // The wrong guess's fold comes before the request that reported it, the last before the close.
   const std::size_t wrong_fold = std::size_t(sends[sends.size() - 2] - col.records.data());
@@ -1211,14 +1212,14 @@ void run_records(Variant variant) {
     check_prefixes(sends, records_calls(), captured);
     return;
   }
-  // Sock variant: the two sends that continue response 1 are gathered into one record.
+  // Sock variant: response 1's three sends are gathered into one record; response 2's send
+  // captures more than the gather holds and has a record of its own.
   const auto in_order = check_stream(sends, records_calls(), captured);
-  REQUIRE(in_order.size() == 3);
-  CHECK(in_order[0].data.source == FC_SRC_WRITE);
-  CHECK(in_order[1].data.source == FC_SRC_GATHERED);
-  CHECK(in_order[1].data.length == 20000 + 50);
-  CHECK(in_order[1].segments.size() == 2);
-  CHECK(in_order[2].data.source == FC_SRC_WRITE);
+  REQUIRE(in_order.size() == 2);
+  CHECK(in_order[0].data.source == FC_SRC_GATHERED);
+  CHECK(in_order[0].data.length == 100 + 20000 + 50);
+  CHECK(in_order[0].segments.size() == 3);
+  CHECK(in_order[1].data.source == FC_SRC_WRITE);
 }
 
 }  // namespace
@@ -1250,14 +1251,15 @@ void run_many_partitions(Variant variant) {
     CHECK(in_order.size() == sent.bytes.size());
     return;
   }
-  // Sock variant. The gather closes when it holds 16 headers (partitions 0-15; the sendfile of
-  // 16 was already in its range), before the 600-byte header (which gets a record of its own),
-  // when the second 300-byte header does not fit, and when the response ends.
-  const fc_u8 sources[] = {FC_SRC_WRITEV, FC_SRC_GATHERED, FC_SRC_GATHERED,
-                           FC_SRC_WRITEV, FC_SRC_GATHERED, FC_SRC_GATHERED};
-  const std::size_t lengths[] = {30,  17 * 1000 + 16 * 24, 4 * 24 + 4 * 1000,
-                                 600, 1000 + 300 + 1000,   300 + 7 * (1000 + 24)};
-  const std::size_t segments[] = {1, 16, 4, 1, 1, 8};
+  // Sock variant. The gather opens with the response's header and closes when it holds 16
+  // writes (the header and partitions 0-14; the sendfile of 15 was already in its range),
+  // before the 600-byte header (which gets a record of its own), when the second 300-byte
+  // header does not fit, and when the response ends.
+  const fc_u8 sources[] = {FC_SRC_GATHERED, FC_SRC_GATHERED, FC_SRC_WRITEV, FC_SRC_GATHERED,
+                           FC_SRC_GATHERED};
+  const std::size_t lengths[] = {30 + 16 * 1000 + 15 * 24, 5 * 24 + 5 * 1000, 600,
+                                 1000 + 300 + 1000, 300 + 7 * (1000 + 24)};
+  const std::size_t segments[] = {16, 5, 1, 1, 8};
   REQUIRE(in_order.size() == std::size(sources));
   for (std::size_t i = 0; i < in_order.size(); ++i) {
     INFO("record " << i);
@@ -1326,10 +1328,22 @@ void run_large_sendfile(Variant variant) {
   const fc::capture::Policy kafka{4096, 4096, FC_ROLE_KAFKA_CLIENT};
   const auto run = run_target(variant, kDefault, large_sendfile_scenario, &kafka);
   const auto sends = side_calls(run, true, FC_DIR_SEND);
-  // Both variants: the header, the whole sendfile as one folded record (on the sock tracepoints
-  // all five of its runs folded into it), the tail that ends the response.
   const auto sent = sent_stream(large_sendfile_response());
   const auto in_order = check_stream(sends, sent.bytes, sent.captured);
+  if (variant == Variant::kSockTracepoints) {
+    // The header opens a gather, the sendfile's five runs fold into its range, the tail ends it:
+    // one record, the header's and the tail's bytes its two segments.
+    REQUIRE(in_order.size() == 1);
+    CHECK(in_order[0].data.source == FC_SRC_GATHERED);
+    CHECK(in_order[0].data.length == total_bytes(large_sendfile_response()));
+    CHECK(in_order[0].segments.size() == 2);
+    // Every folded run is counted: the splices after the first by the connection's next call
+    // (the tail) or its close: at least one more than the first, at most one per page.
+    CHECK(run.folded >= 2);
+    CHECK(run.folded <= kLargeFile / 4096 + 1);
+    return;
+  }
+  // The header, the whole sendfile as one folded record, the tail that ends the response.
   REQUIRE(in_order.size() == 3);
   CHECK(in_order[0].data.source == FC_SRC_WRITEV);
   CHECK(in_order[1].data.source == FC_SRC_SENDFILE);
@@ -1337,15 +1351,7 @@ void run_large_sendfile(Variant variant) {
   CHECK(in_order[1].folded);
   CHECK(in_order[2].data.source == FC_SRC_WRITEV);
   CHECK_FALSE(in_order[2].folded);
-  // Every folded run is counted: on the sock variant the splices after the first are counted
-  // by the connection's next call (the tail) or its close: at least one more than the first,
-  // at most one per page. The syscall variant folds the one call.
-  if (variant == Variant::kSockTracepoints) {
-    CHECK(run.folded >= 2);
-    CHECK(run.folded <= kLargeFile / 4096 + 1);
-  } else {
-    CHECK(run.folded == 1);
-  }
+  CHECK(run.folded == 1);  // the one call
 }
 
 }  // namespace
@@ -1355,15 +1361,18 @@ namespace {
 // The sends that follow a sendfile's folded first splice are folded from the socket's state
 // alone (sock variant), up to where that sendfile's count ends. The stream stays exact where a
 // many-splice sendfile ends a response (its last splice frames the next response), and where a
-// sendfile to a full non-blocking socket stops short and is resumed by later calls.
+// sendfile to a full non-blocking socket stops short and is resumed by later calls. The
+// responses' headers are larger than a gather holds (as with many partitions), so on the sock
+// variant too the sendfiles are folded into the connection, not into a gathered record.
 constexpr std::size_t kEndingFile = 200000;
 constexpr std::size_t kResumedFile = 400000;
+constexpr std::size_t kLargeHeader = 600;
 
 std::vector<SendCall> ending_sendfile_response() {
-  return response({{false, 24}, {true, kLargeFile}, {true, kEndingFile}}, 130);
+  return response({{false, kLargeHeader}, {true, kLargeFile}, {true, kEndingFile}}, 130);
 }
 std::vector<SendCall> resumed_sendfile_response() {
-  return response({{false, 24}, {true, kResumedFile}, {false, 10}}, 140);
+  return response({{false, kLargeHeader}, {true, kResumedFile}, {false, 10}}, 140);
 }
 
 // Sends `bytes` with sendfile on a non-blocking socket whose peer does not read yet: the first
@@ -1442,7 +1451,7 @@ void run_ending_and_resumed(Variant variant) {
   // that sent it), then the tail.
   REQUIRE(in_order.size() == i + 4);
   CHECK(in_order[i + 1].data.source == FC_SRC_WRITEV);
-  CHECK(in_order[i + 1].data.length == 24);
+  CHECK(in_order[i + 1].data.length == kLargeHeader);
   CHECK(in_order[i + 2].data.source == FC_SRC_SENDFILE);
   CHECK(in_order[i + 2].data.length == kResumedFile);
   CHECK(in_order[i + 2].folded);
@@ -1472,6 +1481,49 @@ TEST_CASE("a response's later sends are gathered in records of at most 16 and 51
 }
 TEST_CASE("a response's later sends are gathered in records of at most 16 and 512 B, syscall") {
   run_many_partitions(Variant::kSyscallTracepoints);
+}
+
+namespace {
+
+// A response whose two sends both fit the gather, then one of a single send (a small answer, an
+// empty fetch): on the sock variant each send that starts a response opens the gather. The
+// first response leaves as one record when its second send ends it; the second, which ends with
+// its first send, is handed on at once (the drain runs before the connection closes, and nothing
+// follows it), as the record of its call.
+std::vector<SendCall> one_and_two_send_responses() {
+  auto calls = response({{false, 30}, {false, 50}}, 160);
+  for (auto& c : response({{false, 40}}, 150)) calls.push_back(c);
+  return calls;
+}
+
+int one_and_two_send_scenario(Child& self) {
+  return answer_one_request(self, one_and_two_send_responses(), false);
+}
+
+void run_one_and_two_sends(Variant variant) {
+  const auto sends = with_port_policy(variant, one_and_two_send_scenario, false,
+                                      {4096, 4096, FC_ROLE_KAFKA_CLIENT}, FC_DIR_SEND);
+  const auto sent = sent_stream(one_and_two_send_responses());
+  const auto in_order = check_stream(sends, sent.bytes, sent.captured);
+  if (variant != Variant::kSockTracepoints) {  // a record per call
+    CHECK(in_order.size() == 3);
+    return;
+  }
+  REQUIRE(in_order.size() == 2);
+  CHECK(in_order[0].data.source == FC_SRC_GATHERED);
+  CHECK(in_order[0].data.length == 30 + 50);
+  CHECK(in_order[0].segments.size() == 2);
+  CHECK(in_order[1].data.source == FC_SRC_WRITEV);
+  CHECK(in_order[1].data.length == 40);
+}
+
+}  // namespace
+
+TEST_CASE("a response's first send opens the gather; one that ends there leaves at once, sock") {
+  run_one_and_two_sends(Variant::kSockTracepoints);
+}
+TEST_CASE("a response's first send opens the gather; one that ends there leaves at once, syscall") {
+  run_one_and_two_sends(Variant::kSyscallTracepoints);
 }
 
 TEST_CASE("a large send inside a Kafka response gives only the bulk prefix, sock tracepoints") {
