@@ -77,7 +77,7 @@ struct Counters {
   std::uint64_t tls_events = 0;
   std::uint64_t conn_events = 0;
   std::uint64_t folded = 0;    // sendfiles reported by a later record (no record of their own)
-  std::uint64_t gathered = 0;  // sends gathered into a later record (no record of their own)
+  std::uint64_t gathered = 0;  // sends gathered into a response's record (none of their own)
   // socket calls of connections whose TLS plaintext is seen: counted, not recorded
   std::uint64_t ciphertext_skipped = 0;
 };

@@ -256,8 +256,8 @@ int main(int argc, char** argv) {
       }
     };
     // The broker's listeners: Kafka client connections, whose responses the BPF side frames
-    // (sendfiles inside a response folded, the sends after its first gathered into one record;
-    // bpf/capture.bpf.c, response framing).
+    // (sendfiles inside a response folded, its sends gathered into one record; bpf/capture.bpf.c,
+    // response framing).
     set_role(config.kafka_ports, false, FC_ROLE_KAFKA_CLIENT, "Kafka");
     // Connections to the object store's ports: after a response's first read, the reads
     // until the next request are object body, of which only a prefix is copied.
