@@ -909,8 +909,9 @@ static __always_inline void start_response(struct conn_state* st, __u64 pos, __u
 
 /* A send that starts a response (sock variant), whose first `want` bytes fit the gather: it
  * opens the gather instead of a record of its own, so that a response of a header and a
- * sendfile (a local fetch of one partition) leaves as one record, not two. Per fetch that is a
- * reservation, a submit, a clock read and a header less; the record carries the response's
+ * sendfile (a local fetch of one partition) leaves as one record, not two: a third fewer records
+ * for fetchcostd to read (the reservation, submit, clock read and header it saves cost about
+ * what the gather's lookup and second copy add, session 21). The record carries the response's
  * end time, microseconds after its start (the channel is muted until the response is out).
  * Its size prefix is read back from the gather; a response that ends with this send is handed
  * on at once. Returns 0 if it was not gathered (the caller gives it a record of its own). */
