@@ -139,6 +139,7 @@ struct Capture::Impl {
   static constexpr int kRingTurns = 64;          // then they are published to the drain
   static constexpr int kTurnOver = -ECANCELED;   // on_sample's "next ring" (not an error)
   static constexpr std::size_t kSpoolBytes = 64u << 20;
+  static constexpr int kIdlePassMs = 100;  // the reader's wait when the last pass moved nothing
 
   fetchcost_capture* skel = nullptr;
   // The reader waits here: every reader's epoll fd, and kick_fd. (Not a ring_buffer of all
@@ -148,7 +149,8 @@ struct Capture::Impl {
   Spool spool{kSpoolBytes};
   std::thread reader;
   std::atomic<bool> stop_reader{false};
-  std::atomic<int> reader_error{0};  // a negative errno from reading the rings
+  std::atomic<int> reader_error{0};      // a negative errno from reading the rings
+  std::atomic<std::uint64_t> passes{0};  // the reader's passes that moved records
   // flush(): the drain asks for a pass now (kick_fd, in wait_fd) and waits until a
   // pass that began after its request (kicks) is done (covered).
   int kick_fd = -1;
@@ -225,12 +227,14 @@ struct Capture::Impl {
     return 1;
   }
 
-  // The reader thread: wakes with the rings (cfg_wakeup_bytes, or 100 ms), moves what they
-  // hold into the spool and hands it to the drain. It does nothing else, so it can run as a
-  // real-time thread (set by open()): its CPU time is a copy per record.
+  // The reader thread: wakes with the rings (cfg_wakeup_bytes), or every pass_interval_ms while
+  // records flow (100 ms idle), moves what they hold into the spool and hands it to the drain.
+  // It does nothing else, so it can run as a real-time thread (set by open()): its CPU time is
+  // a copy per record.
   void run_reader() {
     pthread_setname_np(pthread_self(), "fc-ring-reader");
     bool again = false;
+    bool flowing = false;  // the last pass moved records
     while (!stop_reader.load(std::memory_order_relaxed)) {
       if (spool.full()) {  // the drain is behind: the rings hold what comes meanwhile
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -238,7 +242,8 @@ struct Capture::Impl {
       }
       if (!again) {
         epoll_event ready[8];
-        const int n = epoll_wait(wait_fd, ready, 8, 100);
+        const int n =
+            epoll_wait(wait_fd, ready, 8, flowing ? options.pass_interval_ms : kIdlePassMs);
         if (n < 0 && errno != EINTR) {
           reader_error = -errno;
           break;
@@ -248,8 +253,11 @@ struct Capture::Impl {
         }
       }
       const std::uint64_t asked = kicks.load();
+      const std::uint64_t pushed = spool.pushed();
       const int r = read_rings();
       spool.publish();
+      flowing = spool.pushed() != pushed;
+      if (flowing) passes.fetch_add(1, std::memory_order_relaxed);
       {
         std::lock_guard lock(pass_mutex);
         covered = asked;
@@ -406,6 +414,9 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
   auto impl = std::make_unique<Impl>();
   impl->handler = std::move(handler);
   impl->options = options;
+  if (options.pass_interval_ms < 1 || options.pass_interval_ms > Impl::kIdlePassMs)
+    return make_error("the capture's pass interval must be from 1 to 100 ms, not " +
+                      std::to_string(options.pass_interval_ms));
   impl->cpus = libbpf_num_possible_cpus();
   if (impl->cpus <= 0) return make_error("cannot count CPUs: " + errno_text(impl->cpus));
   if (impl->cpus > FC_MAX_CPUS)
@@ -766,6 +777,7 @@ Status Capture::status() const {
   s.reader_priority_error = impl_->reader_priority_error;
   s.spool_bytes = impl_->spool.held_bytes();
   s.spool_peak_bytes = impl_->spool.peak_bytes();
+  s.reader_passes = impl_->passes.load(std::memory_order_relaxed);
   s.spool_limit_bytes = impl_->spool.max_bytes();
   s.tls_calls_in_progress = __atomic_load_n(&impl_->skel->bss->tls_calls_open, __ATOMIC_RELAXED);
   return s;

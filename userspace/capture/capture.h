@@ -65,6 +65,13 @@ struct Options {
   // needs CAP_SYS_NICE). Its work is a copy per record; at normal priority it can wait on the
   // run queue behind a busy broker while the rings overflow.
   bool realtime_reader = true;
+  // While records flow, the reader hands what the rings hold to the drain at least every this
+  // many ms (a ring crossing wakeup_bytes wakes it sooner); idle, every 100 ms. Each hand-over
+  // is one pass of the drain, which holds a CPU while it decodes, a wait for a broker or client
+  // thread woken onto that CPU. Shorter passes cost more wakeups: at 8,000 fetches/s, 10 ms
+  // made them about a third as long and fetchcostd's CPU twice as much (docs/performance.md,
+  // "Session 24"). 1 to 100.
+  int pass_interval_ms = 100;
   // Tests: act as a kernel whose verifier refuses the syscall exit programs (the loader then
   // falls back to the entry-exit pairs), a path no kernel that runs the tests takes.
   bool test_refuse_syscall_exit_programs = false;
@@ -135,6 +142,7 @@ struct Status {
   // Records the ring reader moved out of the rings that the drain has not decoded yet (now, the
   // most at once, and the limit, past which the rings fill and drop).
   std::size_t spool_bytes = 0, spool_peak_bytes = 0, spool_limit_bytes = 0;
+  std::uint64_t reader_passes = 0;  // the reader's passes that moved records (one drain pass each)
   std::int64_t tls_calls_in_progress = 0;  // TLS library calls between their two probes
 };
 

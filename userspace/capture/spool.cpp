@@ -43,6 +43,7 @@ void Spool::push(const void* data, std::size_t size) {
     add_held(bytes);
     filling_ = fresh_chunk();
   }
+  ++pushed_;
   const std::size_t at = filling_.size();
   filling_.resize(at + need);  // a record larger than a chunk gets a larger chunk
   const auto size32 = static_cast<std::uint32_t>(size);

@@ -26,6 +26,8 @@ class Spool {
   void push(const void* data, std::size_t size);
   // Writer: hands over what was pushed and makes wake_fd() readable.
   void publish();
+  // Writer: records pushed since the spool was made (the reader's own count, no lock).
+  std::uint64_t pushed() const { return pushed_; }
   // Writer: the reader has not taken max_bytes yet; read no more from the rings for now.
   bool full() const { return held_.load(std::memory_order_relaxed) >= max_bytes_; }
 
@@ -69,6 +71,7 @@ class Spool {
   const std::size_t chunk_bytes_;
   int wake_fd_ = -1;
   std::vector<std::uint8_t> filling_;  // writer only
+  std::uint64_t pushed_ = 0;           // writer only
   std::atomic<std::size_t> held_{0};
   std::atomic<std::size_t> peak_{0};  // written by the writer only
   std::mutex mutex_;                  // guards ready_ and spares_

@@ -130,14 +130,16 @@ Result<Config> parse_config(std::string_view text) {
     r.get(doc["audit_log"], "max_bytes", "audit_log.max_bytes", c.audit_log_max_bytes);
     r.get(doc["audit_log"], "keep", "audit_log.keep", c.audit_log_keep);
   }
-  if (doc.contains("capture") && r.check_keys(doc["capture"], "capture",
-                                              {"ring_kib_per_cpu", "capture_bytes", "tls_libraries",
-                                               "drain_nice", "realtime_reader"})) {
+  if (doc.contains("capture") &&
+      r.check_keys(doc["capture"], "capture",
+                   {"ring_kib_per_cpu", "capture_bytes", "tls_libraries", "drain_nice",
+                    "realtime_reader", "pass_interval_ms"})) {
     r.get(doc["capture"], "ring_kib_per_cpu", "capture.ring_kib_per_cpu", c.ring_kib_per_cpu);
     r.get(doc["capture"], "capture_bytes", "capture.capture_bytes", c.capture_bytes);
     r.get(doc["capture"], "tls_libraries", "capture.tls_libraries", c.tls_libraries);
     r.get(doc["capture"], "drain_nice", "capture.drain_nice", c.drain_nice);
     r.get(doc["capture"], "realtime_reader", "capture.realtime_reader", c.realtime_reader);
+    r.get(doc["capture"], "pass_interval_ms", "capture.pass_interval_ms", c.pass_interval_ms);
   }
   if (doc.contains("budgets") &&
       r.check_keys(doc["budgets"], "budgets",
@@ -188,6 +190,8 @@ Result<Config> parse_config(std::string_view text) {
     return make_error("config field \"capture.ring_kib_per_cpu\": must be from 4 to 1048576");
   if (c.drain_nice < -20 || c.drain_nice > 19)
     return make_error("config field \"capture.drain_nice\": must be from -20 to 19");
+  if (c.pass_interval_ms < 1 || c.pass_interval_ms > 100)
+    return make_error("config field \"capture.pass_interval_ms\": must be from 1 to 100");
   if (c.capture_bytes > 16384)
     return make_error("config field \"capture.capture_bytes\": at most 16384");
   if (c.ledger_retention_days < 0 || c.ledger_retention_days > 36500)

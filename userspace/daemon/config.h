@@ -16,7 +16,7 @@
 //     "audit_log": {"path": "", "max_bytes": 104857600, "keep": 5},
 //     "capture": {"ring_kib_per_cpu": 4096, "capture_bytes": 4096,
 //                 "tls_libraries": ["openssl", "gnutls"], "drain_nice": 0,
-//                 "realtime_reader": true},
+//                 "realtime_reader": true, "pass_interval_ms": 100},
 //     "attribution_enabled": true,
 //     "budgets": {"limits": [{"client_id": "scanner", "per_hour": 0.5},
 //                            {"group_id": "analytics", "per_hour": 2}],
@@ -75,6 +75,8 @@ struct Config {
   int drain_nice = 0;
   // The thread that moves records out of the rings runs at real-time priority (capture::Options).
   bool realtime_reader = true;
+  // While records flow, the drain gets them at least this often (capture::Options).
+  int pass_interval_ms = 100;
   std::vector<std::string> tls_libraries = {"openssl", "gnutls"};
   bool attribution_enabled = true;
   BudgetConfig budgets;

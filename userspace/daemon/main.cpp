@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
   bool print_status = false;
   bool no_tls = false;
   bool no_realtime_reader = false;
+  int pass_interval_ms = 100;
   std::vector<std::string> tls_skip;
   std::string variant = "auto";
   std::string config_path;
@@ -129,6 +130,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-realtime-reader", no_realtime_reader,
                "Run the thread that moves records out of the rings at normal priority");
+  app.add_option("--pass-interval-ms", pass_interval_ms,
+                 "While records flow, hand them to the drain at least this often (ms): shorter "
+                 "passes hold a CPU the broker may want for less time, at more wakeups")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   app.add_option("--capture-variant", variant,
                  "Socket hooks: auto, sock-tracepoints (Linux >= 6.3), syscall-tracepoints (exit "
                  "programs, Linux >= 5.15; else as syscall-entry-exit) or syscall-entry-exit "
@@ -164,6 +170,7 @@ int main(int argc, char** argv) {
     if (app.count("--ring-kib") == 0) ring_kib = config.ring_kib_per_cpu;
     if (app.count("--drain-nice") == 0) drain_nice = config.drain_nice;
     if (!config.realtime_reader) no_realtime_reader = true;
+    if (app.count("--pass-interval-ms") == 0) pass_interval_ms = config.pass_interval_ms;
     auto listed = [&](const std::string& lib) {
       return std::find(config.tls_libraries.begin(), config.tls_libraries.end(), lib) !=
              config.tls_libraries.end();
@@ -199,6 +206,7 @@ int main(int argc, char** argv) {
   options.tls = !no_tls;
   options.tls_skip = tls_skip;
   options.realtime_reader = !no_realtime_reader;
+  options.pass_interval_ms = pass_interval_ms;
   auto service = fc::daemon::Service::create(config);
   if (!service) {
     std::fprintf(stderr, "fetchcostd: %s\n", service.error().message.c_str());

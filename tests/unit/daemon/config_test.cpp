@@ -13,6 +13,7 @@ TEST_CASE("an empty config gives the documented defaults") {
   CHECK_FALSE(c->partition_label);
   CHECK(c->drain_nice == 0);
   CHECK(c->realtime_reader);
+  CHECK(c->pass_interval_ms == 100);
   CHECK(c->log_dirs_inotify);
   CHECK(c->log_dirs_rescan_seconds == 30);
 }
@@ -20,7 +21,7 @@ TEST_CASE("an empty config gives the documented defaults") {
 TEST_CASE("fields are read, and every error names its field") {
   auto c = parse_config(R"({"kafka_ports":[9092,9093],"object_store":{"ports":[9000]},
       "sensors":{"max_sensors":5,"partition_label":true},"audit_log":{"path":"/tmp/a"},
-      "capture":{"drain_nice":-5,"realtime_reader":false},
+      "capture":{"drain_nice":-5,"realtime_reader":false,"pass_interval_ms":25},
       "log_dirs_inotify":false,"log_dirs_rescan_seconds":5})");
   REQUIRE(c.ok());
   CHECK(c->kafka_ports == std::vector<std::uint16_t>{9092, 9093});
@@ -30,6 +31,7 @@ TEST_CASE("fields are read, and every error names its field") {
   CHECK(c->audit_log_path == "/tmp/a");
   CHECK(c->drain_nice == -5);
   CHECK_FALSE(c->realtime_reader);
+  CHECK(c->pass_interval_ms == 25);
   CHECK_FALSE(c->log_dirs_inotify);
   CHECK(c->log_dirs_rescan_seconds == 5);
 
@@ -47,6 +49,8 @@ TEST_CASE("fields are read, and every error names its field") {
       {R"({"capture":{"tls_libraries":["wolfssl"]}})", "wolfssl"},
       {R"({"capture":{"drain_nice":-30}})", "capture.drain_nice"},
       {R"({"capture":{"realtime_reader":"yes"}})", "capture.realtime_reader"},
+      {R"({"capture":{"pass_interval_ms":0}})", "capture.pass_interval_ms"},
+      {R"({"capture":{"pass_interval_ms":500}})", "capture.pass_interval_ms"},
       {R"({"log_dirs_inotify":"no"})", "log_dirs_inotify"},
       {R"({"log_dirs_rescan_seconds":0})", "log_dirs_rescan_seconds"},
       {R"({"listen":"9464"})", "\"listen\""},
