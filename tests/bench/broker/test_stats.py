@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Unit test of bench_broker's verdicts: the interval it puts around a median of per-pair ratios
 covers the true median as often as it says (checked against samples of a known distribution),
-and a target is judged met, missed or not resolved from that interval."""
+and a target is judged met, missed or not resolved from that interval. Also its perf split by
+source line: a sample's address mapped to the line it was at or called from."""
 import importlib.machinery
 import math
 import os
@@ -46,6 +47,23 @@ check(bench.verdict(0.03, 0.05, 0.02) == "MISSED", "interval beyond the limit: m
 check(bench.verdict(0.01, 0.03, 0.02) == "not resolved by this run", "interval across: not resolved")
 check(bench.verdict(float("nan"), float("nan"), 0.02).startswith("not resolved"),
       "no interval: not resolved")
+
+# The perf split by source line: a program's line table (JIT address, program, line, text), as
+# jit_images reads it from the kernel, and samples' frames innermost first.
+lines = [(0x1000, "sock_send_length", 10, "a();"), (0x1010, "sock_send_length", 11, "b();"),
+         (0x1020, "sock_send_length", 12, "submit();"), (0x2000, "sock_recv_length", 40, "c();")]
+site = bench.call_site(["bpf_prog_x_sock_send_length"], [0x1014], lines)
+check(site == ("sock_send_length", 11, "b();"), "a sample in program code: its own line")
+site = bench.call_site(["__bpf_ringbuf_reserve", "bpf_ringbuf_output", "bpf_prog_x_sock_send_length"],
+                       [0xffff0000, 0xffff0100, 0x1020], lines)
+check(site == ("sock_send_length", 11, "b();"),
+      "a sample in a helper: the line of its call (the return address less one), not the next")
+site = bench.call_site(["bpf_prog_y_sock_recv_length"], [0x2008], lines)
+check(site == ("sock_recv_length", 40, "c();"), "another program's image: its own lines")
+check(bench.call_site(["bpf_trace_run3", "__traceiter_sock_recv_length"], [1, 2], lines) is None,
+      "the tracepoint's dispatch: no program frame, no line")
+check(bench.call_site(["bpf_prog_x_sock_send_length"], [0x1014], []) is None,
+      "no line info (an older kernel): no line")
 
 if failures:
     print(f"{len(failures)} check(s) failed")
