@@ -16,9 +16,9 @@ namespace {
 
 constexpr int kWrites = 20000;
 
-// Writes kWrites 200-byte messages on a loopback connection and reads them back; reports how
-// many send and receive calls moved bytes (each is exactly one record).
-int load_scenario(Child& self) {
+// A loopback TCP connection (run in the child, so its calls are the target's): 0, or the
+// scenario's exit code for what failed.
+int open_loopback(int& client, int& server) {
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -27,9 +27,17 @@ int load_scenario(Child& self) {
   if (bind(listener, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(listener, 1) != 0)
     return 10;
   getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
-  int client = socket(AF_INET, SOCK_STREAM, 0);
+  client = socket(AF_INET, SOCK_STREAM, 0);
   if (connect(client, reinterpret_cast<sockaddr*>(&a), len) != 0) return 11;
-  int server = accept(listener, nullptr, nullptr);
+  server = accept(listener, nullptr, nullptr);
+  return 0;
+}
+
+// Writes kWrites 200-byte messages on a loopback connection and reads them back; reports how
+// many send and receive calls moved bytes (each is exactly one record).
+int load_scenario(Child& self) {
+  int client = -1, server = -1;
+  if (const int failed = open_loopback(client, server)) return failed;
   const std::string msg = pattern(200, 5);
   long long sends = 0, recvs = 0;
   char buf[65536];
@@ -109,19 +117,7 @@ constexpr int kPacedWrites = 300;  // one every 2 ms: 0.6 s of records, far belo
 // loopback connection, each read back, every 2 ms. Reports the calls that moved bytes.
 int paced_scenario(Child& self) {
   int client = -1, server = -1;
-  {
-    int listener = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (bind(listener, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(listener, 1) != 0)
-      return 10;
-    getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
-    client = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(client, reinterpret_cast<sockaddr*>(&a), len) != 0) return 11;
-    server = accept(listener, nullptr, nullptr);
-  }
+  if (const int failed = open_loopback(client, server)) return failed;
   const std::string msg = pattern(64, 9);
   char buf[64];
   for (int i = 0; i < kPacedWrites; ++i) {
