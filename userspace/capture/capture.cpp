@@ -160,6 +160,16 @@ struct Capture::Impl {
   std::condition_variable pass_done;
   bool reader_realtime = false;
   std::string reader_priority_error;
+  // Options::drain_yields. drain_tid: the drain's thread, once it yields; drain_idle: it is at
+  // SCHED_IDLE now (the reader's to change after that); drain_away_since_ns: when it last left
+  // poll(), 0 while it waits in poll().
+  std::atomic<pid_t> drain_tid{0};
+  std::atomic<bool> drain_idle{false};
+  std::atomic<std::uint64_t> drain_promotions{0};
+  std::atomic<std::uint64_t> drain_away_since_ns{0};
+  bool drain_checked = false;  // drain thread only
+  mutable std::mutex drain_mutex;
+  std::string drain_priority_error;  // under drain_mutex
   std::vector<int> ring_fds;
   std::vector<LinkPtr> syscall_links;  // the syscall variants' programs, one link per tracepoint
   EventHandler handler;
@@ -177,6 +187,11 @@ struct Capture::Impl {
     if (reader.joinable()) {
       stop_reader = true;
       reader.join();
+    }
+    // No reader is left to bring the drain back from SCHED_IDLE: it leaves as it came.
+    if (const pid_t tid = drain_tid.load(); tid != 0 && drain_idle.load()) {
+      sched_param normal{};
+      sched_setscheduler(tid, SCHED_OTHER, &normal);
     }
     if (kick_fd >= 0) close(kick_fd);
     targets.clear();  // uprobe links first
@@ -227,6 +242,61 @@ struct Capture::Impl {
     return 1;
   }
 
+  // Options::drain_yields, on the drain thread at its first poll(): moves it to SCHED_IDLE, if
+  // it can come back (leaving SCHED_IDLE needs CAP_SYS_NICE or RLIMIT_NICE, so a throwaway
+  // thread tries the round trip first: the drain is never stranded at SCHED_IDLE).
+  void start_yielding() {
+    drain_checked = true;
+    int err = 0;
+    std::thread trial([&err] {
+      sched_param p{};
+      if (sched_setscheduler(0, SCHED_IDLE, &p) != 0 || sched_setscheduler(0, SCHED_OTHER, &p) != 0)
+        err = errno;
+    });
+    trial.join();
+    sched_param idle{};
+    if (err == 0 && sched_setscheduler(0, SCHED_IDLE, &idle) != 0) err = errno;
+    if (err != 0) {
+      std::lock_guard lock(drain_mutex);
+      drain_priority_error = "the drain thread cannot yield to the broker (SCHED_IDLE, " +
+                             errno_text(err) +
+                             "): it keeps its priority; grant CAP_SYS_NICE or set "
+                             "capture.drain_yields to false";
+      return;
+    }
+    drain_away_since_ns = monotonic_ns();
+    drain_idle = true;
+    drain_tid = static_cast<pid_t>(gettid());
+  }
+
+  // Options::drain_yields, on the reader thread after each pass: the drain becomes a normal
+  // thread while its backlog is at the mark or it has been away from poll() too long, and
+  // yields again once it waits in poll() with an eighth of the mark or less.
+  void steer_drain() {
+    const pid_t tid = drain_tid.load(std::memory_order_relaxed);
+    if (tid == 0) return;
+    const std::size_t held = spool.held_bytes();
+    const std::uint64_t away_since = drain_away_since_ns.load(std::memory_order_relaxed);
+    const bool away_long =
+        away_since != 0 &&
+        monotonic_ns() - away_since >= std::uint64_t(options.drain_yield_away_ms) * 1000000;
+    sched_param p{};
+    if (drain_idle && (held >= options.drain_yield_backlog_bytes || away_long)) {
+      if (sched_setscheduler(tid, SCHED_OTHER, &p) == 0) {
+        drain_idle = false;
+        drain_promotions.fetch_add(1, std::memory_order_relaxed);
+      }
+    } else if (!drain_idle && away_since == 0 && held <= options.drain_yield_backlog_bytes / 8) {
+      if (sched_setscheduler(tid, SCHED_IDLE, &p) == 0) drain_idle = true;
+    }
+  }
+
+  static std::uint64_t monotonic_ns() {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now().time_since_epoch())
+                                          .count());
+  }
+
   // The reader thread: wakes with the rings (cfg_wakeup_bytes), or every pass_interval_ms while
   // records flow (100 ms idle), moves what they hold into the spool and hands it to the drain.
   // It does nothing else, so it can run as a real-time thread (set by open()): its CPU time is
@@ -237,6 +307,7 @@ struct Capture::Impl {
     bool flowing = false;  // the last pass moved records
     while (!stop_reader.load(std::memory_order_relaxed)) {
       if (spool.full()) {  // the drain is behind: the rings hold what comes meanwhile
+        steer_drain();
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         continue;
       }
@@ -263,6 +334,7 @@ struct Capture::Impl {
         covered = asked;
       }
       pass_done.notify_all();
+      steer_drain();
       if (r < 0) {
         reader_error = r;
         break;
@@ -417,6 +489,11 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
   if (options.pass_interval_ms < 1 || options.pass_interval_ms > Impl::kIdlePassMs)
     return make_error("the capture's pass interval must be from 1 to 100 ms, not " +
                       std::to_string(options.pass_interval_ms));
+  if (options.drain_yields &&
+      (options.drain_yield_backlog_bytes == 0 || options.drain_yield_away_ms < 1))
+    return make_error(
+        "a yielding drain needs a backlog mark above 0 bytes and an away time of "
+        "at least 1 ms");
   impl->cpus = libbpf_num_possible_cpus();
   if (impl->cpus <= 0) return make_error("cannot count CPUs: " + errno_text(impl->cpus));
   if (impl->cpus > FC_MAX_CPUS)
@@ -686,10 +763,16 @@ Result<int> Capture::poll(int timeout_ms) {
   // every 100 ms: wait for that or the timeout, then handle everything handed over.
   if (const int err = impl_->reader_error.load(); err != 0)
     return make_error("reading ring buffers failed: " + errno_text(err));
+  if (impl_->options.drain_yields && !impl_->drain_checked) impl_->start_yielding();
   if (timeout_ms != 0 && impl_->spool.held_bytes() == 0) {
     pollfd wake{impl_->spool.wake_fd(), POLLIN, 0};
-    if (::poll(&wake, 1, timeout_ms) < 0 && errno != EINTR)
-      return make_error("waiting for ring buffers failed: " + errno_text(errno));
+    // Waiting here is the only time the drain is not away (Impl::steer_drain).
+    impl_->drain_away_since_ns.store(0, std::memory_order_relaxed);
+    const int rc = ::poll(&wake, 1, timeout_ms);
+    const int err = errno;
+    impl_->drain_away_since_ns.store(Impl::monotonic_ns(), std::memory_order_relaxed);
+    if (rc < 0 && err != EINTR)
+      return make_error("waiting for ring buffers failed: " + errno_text(err));
   }
   // Nothing handed over (no ring crossed its wakeup mark): read what the rings hold now, as a
   // drain reading them itself would.
@@ -779,6 +862,13 @@ Status Capture::status() const {
   s.spool_peak_bytes = impl_->spool.peak_bytes();
   s.reader_passes = impl_->passes.load(std::memory_order_relaxed);
   s.spool_limit_bytes = impl_->spool.max_bytes();
+  s.drain_yields = impl_->drain_tid.load() != 0;
+  s.drain_idle = s.drain_yields && impl_->drain_idle.load();
+  s.drain_promotions = impl_->drain_promotions.load(std::memory_order_relaxed);
+  {
+    std::lock_guard lock(impl_->drain_mutex);
+    s.drain_priority_error = impl_->drain_priority_error;
+  }
   s.tls_calls_in_progress = __atomic_load_n(&impl_->skel->bss->tls_calls_open, __ATOMIC_RELAXED);
   return s;
 }

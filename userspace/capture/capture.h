@@ -72,6 +72,17 @@ struct Options {
   // made them about a third as long and fetchcostd's CPU twice as much (docs/performance.md,
   // "Session 24"). 1 to 100.
   int pass_interval_ms = 100;
+  // The drain (the thread that calls poll()) runs at SCHED_IDLE while it keeps up: a broker or
+  // client thread woken onto its CPU then preempts it at once, instead of waiting for the rest
+  // of its pass. The reader makes it a normal thread again (SCHED_OTHER, its nice value kept)
+  // while the records it has not taken reach drain_yield_backlog_bytes, or while it has been
+  // away from poll() for drain_yield_away_ms (other work, or starved by a host whose CPUs are
+  // all busy), and back to SCHED_IDLE once it is waiting in poll() with an eighth of that
+  // backlog or less. Needs CAP_SYS_NICE (to leave SCHED_IDLE); without it the drain keeps its
+  // priority and Status::drain_priority_error says why.
+  bool drain_yields = false;
+  std::size_t drain_yield_backlog_bytes = 8u << 20;
+  int drain_yield_away_ms = 500;
   // Tests: act as a kernel whose verifier refuses the syscall exit programs (the loader then
   // falls back to the entry-exit pairs), a path no kernel that runs the tests takes.
   bool test_refuse_syscall_exit_programs = false;
@@ -143,6 +154,12 @@ struct Status {
   // most at once, and the limit, past which the rings fill and drop).
   std::size_t spool_bytes = 0, spool_peak_bytes = 0, spool_limit_bytes = 0;
   std::uint64_t reader_passes = 0;  // the reader's passes that moved records (one drain pass each)
+  // Options::drain_yields: the drain yields (it has been made SCHED_IDLE), is at SCHED_IDLE now,
+  // and how often the reader made it a normal thread again; why it does not yield, if asked to.
+  bool drain_yields = false;
+  bool drain_idle = false;
+  std::uint64_t drain_promotions = 0;
+  std::string drain_priority_error;
   std::int64_t tls_calls_in_progress = 0;  // TLS library calls between their two probes
 };
 

@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
   bool print_status = false;
   bool no_tls = false;
   bool no_realtime_reader = false;
+  bool no_drain_yield = false;
   int pass_interval_ms = 100;
   std::vector<std::string> tls_skip;
   std::string variant = "auto";
@@ -130,6 +131,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-realtime-reader", no_realtime_reader,
                "Run the thread that moves records out of the rings at normal priority");
+  app.add_flag("--no-drain-yield", no_drain_yield,
+               "Run the drain thread at normal priority all the time, not at SCHED_IDLE while it "
+               "keeps up");
   app.add_option("--pass-interval-ms", pass_interval_ms,
                  "While records flow, hand them to the drain at least this often (ms): shorter "
                  "passes hold a CPU the broker may want for less time, at more wakeups")
@@ -170,6 +174,7 @@ int main(int argc, char** argv) {
     if (app.count("--ring-kib") == 0) ring_kib = config.ring_kib_per_cpu;
     if (app.count("--drain-nice") == 0) drain_nice = config.drain_nice;
     if (!config.realtime_reader) no_realtime_reader = true;
+    if (!config.drain_yields) no_drain_yield = true;
     if (app.count("--pass-interval-ms") == 0) pass_interval_ms = config.pass_interval_ms;
     auto listed = [&](const std::string& lib) {
       return std::find(config.tls_libraries.begin(), config.tls_libraries.end(), lib) !=
@@ -207,6 +212,7 @@ int main(int argc, char** argv) {
   options.tls_skip = tls_skip;
   options.realtime_reader = !no_realtime_reader;
   options.pass_interval_ms = pass_interval_ms;
+  options.drain_yields = !no_drain_yield;
   auto service = fc::daemon::Service::create(config);
   if (!service) {
     std::fprintf(stderr, "fetchcostd: %s\n", service.error().message.c_str());
@@ -294,8 +300,11 @@ int main(int argc, char** argv) {
                  "CAP_SYS_NICE or set capture.drain_nice to 0\n",
                  drain_nice, std::strerror(errno));
   // Probes attached, listen socket bound: keep only what re-attaching needs (daemon/privileges.h).
-  // A re-opened capture (attribution off, then on) makes its ring reader real-time again.
-  if (auto caps = fc::daemon::drop_unneeded_capabilities(options.realtime_reader); !caps)
+  // A re-opened capture (attribution off, then on) makes its ring reader real-time again, and a
+  // yielding drain needs CAP_SYS_NICE to leave SCHED_IDLE when it falls behind.
+  if (auto caps =
+          fc::daemon::drop_unneeded_capabilities(options.realtime_reader || options.drain_yields);
+      !caps)
     std::fprintf(stderr, "fetchcostd: warning: %s\n", caps.error().message.c_str());
   else
     std::fprintf(stderr, "fetchcostd: capabilities now %s\n", caps->c_str());
@@ -341,6 +350,7 @@ int main(int argc, char** argv) {
   bool first_scan = true;
   fc::capture::Counters totals;  // kept across detach/attach for the final line
   bool behind = false;           // the last tick left due records: read the rings, tick again
+  bool drain_reported = false;   // whether the drain yields, said once per capture
   while (!g_stop) {
     if (g_reload.exchange(false)) {
       if (config_path.empty()) {
@@ -367,6 +377,7 @@ int main(int argc, char** argv) {
       totals.events += t.events;
       totals.drops += t.drops;
       capture.reset();
+      drain_reported = false;
       watched.clear();
       (*service)->set_capture_status({});
       std::fprintf(stderr, "fetchcostd: attribution off: probes detached\n");
@@ -393,6 +404,11 @@ int main(int argc, char** argv) {
     if (auto r = capture->poll(behind ? 0 : 100); !r) {
       std::fprintf(stderr, "fetchcostd: %s\n", r.error().message.c_str());
       return 1;
+    }
+    if (!drain_reported && options.drain_yields) {  // the first poll() made it yield, or not
+      drain_reported = true;
+      if (const auto s = capture->status(); !s.drain_priority_error.empty())
+        std::fprintf(stderr, "fetchcostd: warning: %s\n", s.drain_priority_error.c_str());
     }
     behind = (*service)->tick(monotonic_ns());
   }

@@ -13,8 +13,10 @@
 //   CAP_SYS_PTRACE        /proc/PID/{maps,fd,root} of a broker run by another user or with
 //                         more capabilities (TLS libraries, connections open at attach);
 //   CAP_DAC_READ_SEARCH   the broker's log dirs and libraries whatever their permissions;
-//   CAP_SYS_NICE          only with capture.realtime_reader: a re-opened capture (attribution
-//                         off, then on) makes its new ring reader thread real-time again.
+//   CAP_SYS_NICE          only with capture.realtime_reader or capture.drain_yields: a re-opened
+//                         capture (attribution off, then on) makes its new ring reader thread
+//                         real-time again, and a yielding drain that falls behind is taken
+//                         from SCHED_IDLE back to SCHED_OTHER (which needs it).
 // Everything else is dropped from the effective, permitted, inheritable and ambient sets and from
 // the bounding set, so no child (a budget command) can get it back.
 #pragma once

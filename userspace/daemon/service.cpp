@@ -601,6 +601,10 @@ struct Service::Impl {
                             {"spool_peak_bytes", capture_status.spool_peak_bytes},
                             {"spool_limit_bytes", capture_status.spool_limit_bytes},
                             {"passes", capture_status.reader_passes}};
+      doc["drain"] = {{"yields", capture_status.drain_yields},
+                      {"idle_now", capture_status.drain_idle},
+                      {"promotions", capture_status.drain_promotions},
+                      {"error", capture_status.drain_priority_error}};
       nlohmann::json events_per_cpu = nlohmann::json::array();
       for (const auto& c : capture_status.per_cpu) events_per_cpu.push_back(c.events);
       doc["events_per_cpu"] = events_per_cpu;

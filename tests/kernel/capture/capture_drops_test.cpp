@@ -3,6 +3,7 @@
 // attributed per CPU, and nothing crashes. Produced is known from the child's own call count.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
@@ -180,4 +181,94 @@ TEST_CASE("records that trickle in reach the drain every pass interval, not ever
   CHECK(short_passes >= 25);  // about 60
   CHECK(long_passes <= 12);   // about 6
   CHECK(fc::capture::Capture::open({.pass_interval_ms = 0}, [](const auto&) {}).ok() == false);
+}
+
+namespace {
+
+// Waits up to `ms` for `done()`, polling as a drain that keeps up would (so the reader sees it
+// waiting in poll()) when `polling`, else only sleeping (a drain that is away).
+template <class F>
+bool wait_for(fc::capture::Capture& capture, bool polling, int ms, F done) {
+  for (int waited = 0; waited < ms; waited += 20) {
+    if (done()) return true;
+    if (polling)
+      REQUIRE(capture.poll(20).ok());
+    else
+      usleep(20000);
+  }
+  return done();
+}
+
+}  // namespace
+
+// The drain decodes in passes that hold a CPU; at SCHED_IDLE a broker or client thread woken onto
+// that CPU preempts it (docs/performance.md, "Session 25"). It must not starve: a backlog of
+// records, or a drain away from poll() for too long, makes it a normal thread until it catches up.
+// The policy is the kernel's own account of this thread (sched_getscheduler), not the capture's.
+TEST_CASE("the drain yields while it keeps up and is a normal thread while it is behind") {
+  fc::testing::require_root("loading BPF programs and changing a thread's scheduling policy");
+  REQUIRE(fc::capture::check_environment().ok());
+  REQUIRE(sched_getscheduler(0) == SCHED_OTHER);
+  {
+    // Behind by backlog: the writes below are about 10 MB of records against a 64 KiB mark.
+    Collector col({.ring_bytes_per_cpu = 1 << 20,
+                   .default_policy = {256, 256, FC_ROLE_OTHER},
+                   .drain_yields = true,
+                   .drain_yield_backlog_bytes = 64 << 10,
+                   .drain_yield_away_ms = 600000});  // only the backlog counts here
+    REQUIRE(col.capture->poll(0).ok());              // the first poll() makes this thread the drain
+    CHECK(sched_getscheduler(0) == SCHED_IDLE);
+    auto status = col.capture->status();
+    CHECK(status.drain_yields);
+    CHECK(status.drain_idle);
+    CHECK(status.drain_priority_error.empty());
+    CHECK(status.drain_promotions == 0);
+
+    Child target(load_scenario);
+    REQUIRE(col.capture->add_target(target.pid()).ok());
+    target.go();
+    while (!target.ready()) usleep(10000);  // not draining: the spool fills
+    const long long sends = target.receive();
+    target.receive();  // the receives: a read may return several messages, counted below
+    CHECK(
+        wait_for(*col.capture, false, 2000, [&] { return sched_getscheduler(0) == SCHED_OTHER; }));
+    status = col.capture->status();
+    MESSAGE("backlog " << status.spool_bytes << " bytes (mark 65536), promotions "
+                       << status.drain_promotions);
+    CHECK(status.drain_promotions >= 1);
+    CHECK_FALSE(status.drain_idle);
+    // Caught up and waiting in poll() again: it yields again.
+    CHECK(wait_for(*col.capture, true, 3000, [&] { return sched_getscheduler(0) == SCHED_IDLE; }));
+    col.drain(3);
+    target.nod();
+    CHECK(target.wait() == 0);
+    std::size_t data_sends = 0;
+    for (const auto& r : col.records)
+      if (r.common.kind == FC_EVENT_DATA && r.data.direction == FC_DIR_SEND) ++data_sends;
+    CHECK(data_sends == static_cast<std::size_t>(sends));  // nothing lost on the way
+    CHECK(col.capture->status().totals.drops == 0);
+  }
+  CHECK(sched_getscheduler(0) == SCHED_OTHER);  // a closed capture leaves its drain as it found it
+  {
+    // Behind by absence: away from poll() for longer than drain_yield_away_ms, no records at all
+    // (a drain starved on a busy host, or busy with its other work).
+    Collector col({.drain_yields = true, .drain_yield_away_ms = 50});
+    REQUIRE(col.capture->poll(0).ok());
+    CHECK(sched_getscheduler(0) == SCHED_IDLE);
+    CHECK(
+        wait_for(*col.capture, false, 1000, [&] { return sched_getscheduler(0) == SCHED_OTHER; }));
+    CHECK(col.capture->status().drain_promotions >= 1);
+    CHECK(wait_for(*col.capture, true, 1000, [&] { return sched_getscheduler(0) == SCHED_IDLE; }));
+  }
+  CHECK(sched_getscheduler(0) == SCHED_OTHER);
+  {
+    // Off (the library's default): the drain keeps its priority.
+    Collector col({});
+    REQUIRE(col.capture->poll(0).ok());
+    CHECK(sched_getscheduler(0) == SCHED_OTHER);
+    CHECK_FALSE(col.capture->status().drain_yields);
+  }
+  CHECK(fc::capture::Capture::open({.drain_yields = true, .drain_yield_backlog_bytes = 0},
+                                   [](const auto&) {})
+            .ok() == false);
 }
