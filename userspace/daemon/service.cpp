@@ -601,10 +601,6 @@ struct Service::Impl {
                             {"spool_peak_bytes", capture_status.spool_peak_bytes},
                             {"spool_limit_bytes", capture_status.spool_limit_bytes},
                             {"passes", capture_status.reader_passes}};
-      doc["drain"] = {{"yields", capture_status.drain_yields},
-                      {"idle_now", capture_status.drain_idle},
-                      {"promotions", capture_status.drain_promotions},
-                      {"error", capture_status.drain_priority_error}};
       nlohmann::json events_per_cpu = nlohmann::json::array();
       for (const auto& c : capture_status.per_cpu) events_per_cpu.push_back(c.events);
       doc["events_per_cpu"] = events_per_cpu;
@@ -615,7 +611,11 @@ struct Service::Impl {
       doc["handled_events"] = events.load(std::memory_order_relaxed);
       doc["drain"] = {{"wait_seconds_total", static_cast<double>(drain_wait_ns) / 1e9},
                       {"wait_max_seconds", static_cast<double>(drain_wait_max_ns) / 1e9},
-                      {"tick_max_seconds", static_cast<double>(tick_max_ns) / 1e9}};
+                      {"tick_max_seconds", static_cast<double>(tick_max_ns) / 1e9},
+                      {"yields", capture_status.drain_yields},
+                      {"idle_now", capture_status.drain_idle},
+                      {"promotions", capture_status.drain_promotions},
+                      {"error", capture_status.drain_priority_error}};
       doc["ledger_save"] = {{"last_seconds", static_cast<double>(save_last_ns.load()) / 1e9},
                             {"max_seconds", static_cast<double>(save_max_ns.load()) / 1e9},
                             {"errors", save_errors.load()}};
