@@ -161,8 +161,8 @@ struct Capture::Impl {
   bool reader_realtime = false;
   std::string reader_priority_error;
   // Options::drain_yields. drain_tid: the drain's thread, once it yields; drain_idle: it is at
-  // SCHED_IDLE now (the reader's to change after that); drain_away_since_ns: when it last left
-  // poll(), 0 while it waits in poll().
+  // SCHED_IDLE now (the reader's to change after that); drain_away_since_ns: when it last stopped
+  // waiting for records in poll(), 0 while it waits.
   std::atomic<pid_t> drain_tid{0};
   std::atomic<bool> drain_idle{false};
   std::atomic<std::uint64_t> drain_promotions{0};
@@ -764,19 +764,18 @@ Result<int> Capture::poll(int timeout_ms) {
   if (const int err = impl_->reader_error.load(); err != 0)
     return make_error("reading ring buffers failed: " + errno_text(err));
   if (impl_->options.drain_yields && !impl_->drain_checked) impl_->start_yielding();
+  // Waiting for records (below, and in flush(), whose pass the reader steers the drain in) is
+  // the only time the drain is not away (Impl::steer_drain); decoding them is.
+  impl_->drain_away_since_ns.store(0, std::memory_order_relaxed);
   if (timeout_ms != 0 && impl_->spool.held_bytes() == 0) {
     pollfd wake{impl_->spool.wake_fd(), POLLIN, 0};
-    // Waiting here is the only time the drain is not away (Impl::steer_drain).
-    impl_->drain_away_since_ns.store(0, std::memory_order_relaxed);
-    const int rc = ::poll(&wake, 1, timeout_ms);
-    const int err = errno;
-    impl_->drain_away_since_ns.store(Impl::monotonic_ns(), std::memory_order_relaxed);
-    if (rc < 0 && err != EINTR)
-      return make_error("waiting for ring buffers failed: " + errno_text(err));
+    if (::poll(&wake, 1, timeout_ms) < 0 && errno != EINTR)
+      return make_error("waiting for ring buffers failed: " + errno_text(errno));
   }
   // Nothing handed over (no ring crossed its wakeup mark): read what the rings hold now, as a
   // drain reading them itself would.
   if (impl_->spool.held_bytes() == 0) impl_->flush();
+  impl_->drain_away_since_ns.store(Impl::monotonic_ns(), std::memory_order_relaxed);
   const std::size_t n = impl_->spool.take(
       [this](const void* data, std::size_t size) { impl_->handle_sample(data, size); });
   return static_cast<int>(n);

@@ -76,10 +76,10 @@ struct Options {
   // client thread woken onto its CPU then preempts it at once, instead of waiting for the rest
   // of its pass. The reader makes it a normal thread again (SCHED_OTHER, its nice value kept)
   // while the records it has not taken reach drain_yield_backlog_bytes, or while it has been
-  // away from poll() for drain_yield_away_ms (other work, or starved by a host whose CPUs are
-  // all busy), and back to SCHED_IDLE once it is waiting in poll() with an eighth of that
-  // backlog or less. Needs CAP_SYS_NICE (to leave SCHED_IDLE); without it the drain keeps its
-  // priority and Status::drain_priority_error says why.
+  // away from its wait for records in poll() for drain_yield_away_ms (decoding, other work, or
+  // starved by a host whose CPUs are all busy), and back to SCHED_IDLE once it waits again
+  // with an eighth of that backlog or less. Needs CAP_SYS_NICE (to leave SCHED_IDLE); without it
+  // the drain keeps its priority and Status::drain_priority_error says why.
   bool drain_yields = false;
   std::size_t drain_yield_backlog_bytes = 8u << 20;
   int drain_yield_away_ms = 500;
