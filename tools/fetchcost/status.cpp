@@ -68,6 +68,18 @@ int run_status(const StatusOptions& o) {
         static_cast<double>(r.value("spool_peak_bytes", std::uint64_t{0})) / kMiB,
         static_cast<double>(r.value("spool_limit_bytes", std::uint64_t{0})) / kMiB);
   }
+  if (s.contains("drain") && s["drain"].contains("yields")) {  // capture.drain_yields
+    const auto& d = s["drain"];
+    if (d.value("yields", false))
+      std::printf(
+          "drain       yields to the broker (SCHED_IDLE while it keeps up; %s now), fell "
+          "behind %s times\n",
+          d.value("idle_now", false) ? "idle" : "behind, normal priority",
+          str(d, "promotions").c_str());
+    else
+      std::printf("drain       normal priority%s%s\n", d.value("error", "").empty() ? "" : ": ",
+                  d.value("error", "").c_str());
+  }
   const auto targets = s.value("targets", nlohmann::json::array());
   std::printf("targets     %zu\n", targets.size());
   for (const auto& t : targets) {

@@ -407,8 +407,10 @@ int main(int argc, char** argv) {
     }
     if (!drain_reported && options.drain_yields) {  // the first poll() made it yield, or not
       drain_reported = true;
-      if (const auto s = capture->status(); !s.drain_priority_error.empty())
+      const auto s = capture->status();
+      if (!s.drain_priority_error.empty())
         std::fprintf(stderr, "fetchcostd: warning: %s\n", s.drain_priority_error.c_str());
+      (*service)->set_capture_status(s);  // the status taken before it said neither
     }
     behind = (*service)->tick(monotonic_ns());
   }

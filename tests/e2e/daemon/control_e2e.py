@@ -50,17 +50,22 @@ def programs_of(pid):
     return len(prog_ids_of(pid))
 
 
+def thread_policy(pid, tid):
+    """Scheduling policy of a thread: field 41 of its stat (0 SCHED_OTHER, 1 SCHED_FIFO, 5 IDLE)."""
+    stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+    return int(stat.rsplit(")", 1)[1].split()[38])
+
+
 def ring_reader_policies(pid):
-    """Scheduling policy (field 41 of stat: 1 = SCHED_FIFO) of each fc-ring-reader thread."""
+    """Scheduling policy of each fc-ring-reader thread."""
     out = []
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             if open(f"/proc/{pid}/task/{tid}/comm").read().strip() != "fc-ring-reader":
                 continue
-            stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+            out.append(thread_policy(pid, tid))
         except OSError:
             continue
-        out.append(int(stat.rsplit(")", 1)[1].split()[38]))
     return out
 
 
@@ -142,12 +147,18 @@ def main():
 
         http(base + "/api/v1/attribution", '{"enabled": false}')
         check(wait_until(lambda: programs_of(proc.pid) == 0), "attribution off: every probe detached")
+        # The drain (the main thread) yields while a capture is open (capture.drain_yields) and
+        # is left at normal priority when it closes.
+        check(wait_until(lambda: thread_policy(proc.pid, proc.pid) == 0),
+              f"attribution off: the drain at normal priority ({thread_policy(proc.pid, proc.pid)})")
         check(metric(base, "fetchcost_probes_attached") == 0, "probes_attached metric is 0")
         http(base + "/api/v1/attribution", '{"enabled": true}')
         check(wait_until(lambda: programs_of(proc.pid) >= 2), "attribution on: probes attached again")
         # After the capabilities were dropped: CAP_SYS_NICE was kept for the new capture's reader.
         check(wait_until(lambda: ring_reader_policies(proc.pid) == [1]),
               f"attribution on: one ring reader, real-time again ({ring_reader_policies(proc.pid)})")
+        check(wait_until(lambda: thread_policy(proc.pid, proc.pid) == 5),
+              f"attribution on: the drain yields again, SCHED_IDLE ({thread_policy(proc.pid, proc.pid)})")
 
         write_config(price_table="no-such-price-table")
         proc.send_signal(signal.SIGHUP)

@@ -40,7 +40,7 @@ from common import (Fetchcostd, check, fetch_once, finish, free_port, get_json, 
 # e2e_daemon_control turns attribution off and on after it.)
 CAPS_KEPT = {"cap_bpf": 39, "cap_perfmon": 38, "cap_sys_admin": 21, "cap_sys_resource": 24,
              "cap_sys_ptrace": 19, "cap_dac_read_search": 2,
-             "cap_sys_nice": 23}  # capture.realtime_reader (on by default): the ring reader
+             "cap_sys_nice": 23}  # capture.realtime_reader, capture.drain_yields (both on by default)
 
 
 def cap_eff(pid):

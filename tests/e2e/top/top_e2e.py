@@ -201,7 +201,8 @@ def main():
         if st.returncode != 0 or f"pid {info['broker']['pid']}" not in st.stdout \
                 or "config" not in st.stdout or "probes" not in st.stdout \
                 or not re.search(r"programs loaded in \d+\.\d\d s, at most [1-9]\d* instructions", st.stdout) \
-                or not re.search(r"drain backlog \d+\.\d MiB \(peak \d+\.\d of 64 MiB", st.stdout):
+                or not re.search(r"drain backlog \d+\.\d MiB \(peak \d+\.\d of 64 MiB", st.stdout) \
+                or not re.search(r"drain +yields to the broker .*fell behind \d+ times", st.stdout):
             fail(f"fetchcost status:\n{st.stdout}{st.stderr}")
         print("status: ok")
 
