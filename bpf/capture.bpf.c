@@ -111,7 +111,7 @@ struct conn_state {
   __u64 fold_to;
   /* Sendfile bytes folded and not reported yet: [pos[SEND] - fold_len, pos[SEND]). */
   __u32 fold_len;
-  __u8 gathering;   /* sends are being gathered into the socket's `gathers` record */
+  __u8 gathering;   /* sends are being gathered into the slot `gather_slot` (it owns it) */
   __u8 bulk_run[2]; /* per direction: the last call was bulk (fc_policy) */
   __u8 resp_state;  /* Kafka client connections: enum resp_state of the send direction */
   struct fc_policy policy;
@@ -130,7 +130,8 @@ struct conn_state {
   /* The source of the gathered record: the one call it holds (a response's first send), or
    * FC_SRC_GATHERED once it covers more. */
   __u8 gather_src;
-  __u8 pad[5];
+  __u8 pad;
+  __u32 gather_slot;
   __u64 resp_end; /* RESP_IN: send-stream position where the current response ends */
 };
 /* The value starts 8 bytes into its line: what fold_continuation touches, before conn_id, fits. */
@@ -161,20 +162,31 @@ struct {
  * record when the response ends. A local fetch's response is its header, then per partition the
  * records (a sendfile) and the next partition's header (a small write): for 4 partitions, 5 send
  * records become 2. A record costs the broker far more than the copy (reserve, submit, clock,
- * header: cache lines of ring memory), and fetchcostd reads fewer. Socket-local storage: made
- * on a socket's first gathered send, found from the socket without a hash lookup, freed with
- * the socket. */
+ * header: cache lines of ring memory), and fetchcostd reads fewer.
+ * A response holds a slot of `gather_slots` from its first gathered send until its record
+ * leaves (microseconds for a local fetch): slots go to responses in flight, not to connections.
+ * A preallocated array, not socket-local storage: its lookup is inlined, and a copy into it
+ * skips the hardened-usercopy checks a slab object gets (two thirds of the header copy's cost,
+ * session 20). A connection may use two slots (chosen by its id); when both are busy its
+ * response keeps a record per send (FC_COUNTER_GATHER_NO_SLOT). */
 #define FC_GATHER_BYTES 512
+/* Slots - 1 (a power of two; userspace sizes the map to match). */
+const volatile __u32 cfg_gather_slot_mask = 1023;
 struct gather_buf {
   struct fc_data_event hdr;       /* stream_pos: first byte covered; captured, nsegs, segs so far */
   __u8 data[2 * FC_GATHER_BYTES]; /* twice: a masked offset plus a clamped length always fit */
 };
+struct gather_slot {
+  __u64 owner; /* conn_id of the connection whose response is gathered here; 0: free */
+  __u64 pad;
+  struct gather_buf buf;
+};
 struct {
-  __uint(type, BPF_MAP_TYPE_SK_STORAGE);
-  __uint(map_flags, BPF_F_NO_PREALLOC);
-  __type(key, int);
-  __type(value, struct gather_buf);
-} gathers SEC(".maps");
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1024); /* userspace: Options::gather_slots */
+  __type(key, __u32);
+  __type(value, struct gather_slot);
+} gather_slots SEC(".maps");
 
 /* (tgid, fd) -> the last connection seen on it, for generations. */
 struct fd_key {
@@ -808,9 +820,47 @@ static __always_inline void flush_fold(struct conn_state* st, __u64 pid_tgid,
   emit_length_only(st, pid_tgid, task, FC_SRC_SENDFILE, st->pos[FC_DIR_SEND], 0, FC_DIR_SEND, n);
 }
 
-/* Hands on the gathered record, which covers send-stream bytes [its stream_pos, end). */
-static __always_inline void flush_gathered(struct conn_state* st, struct gather_buf* g, __u64 end,
-                                           __u64 pid_tgid, struct task_struct* task) {
+/* The slot of the response the connection is gathering, or 0 (it holds none). */
+static __always_inline struct gather_slot* held_slot(struct conn_state* st) {
+  if (!st->gathering) return 0;
+  __u32 i = st->gather_slot;
+  struct gather_slot* s = bpf_map_lookup_elem(&gather_slots, &i);
+  if (s && s->owner == st->conn_id) return s;
+  st->gathering = 0; /* cannot happen: the slot is the connection's until its record leaves */
+  return 0;
+}
+
+/* Claims a slot for a gather about to open: one of the connection's two (by its id, which a
+ * socket cookie makes sequential), free or already its own; 0 if both are busy. */
+static __always_inline struct gather_slot* claim_slot(struct conn_state* st) {
+  __u32 i = (__u32)st->conn_id & cfg_gather_slot_mask;
+#pragma unroll
+  for (int probe = 0; probe < 2; probe++) {
+    struct gather_slot* s = bpf_map_lookup_elem(&gather_slots, &i);
+    if (!s) return 0;
+    __u64 owner = s->owner;
+    if (owner == st->conn_id ||
+        (owner == 0 && __sync_val_compare_and_swap(&s->owner, 0, st->conn_id) == 0)) {
+      st->gather_slot = i;
+      return s;
+    }
+    i ^= (cfg_gather_slot_mask + 1) / 2; /* the other half's; one slot: the same again */
+  }
+  count(FC_COUNTER_GATHER_NO_SLOT);
+  return 0;
+}
+
+/* Frees a slot once its record has left: an atomic exchange, so that the copy out of it is
+ * done before another connection can claim it (a plain store may pass earlier loads on arm64). */
+static __always_inline void release_slot(struct gather_slot* s) {
+  __sync_lock_test_and_set(&s->owner, 0);
+}
+
+/* Hands on the gathered record, which covers send-stream bytes [its stream_pos, end), and frees
+ * its slot unless `keep` (a gather opened again at once in the same slot). */
+static __always_inline void flush_gathered(struct conn_state* st, struct gather_slot* s, __u64 end,
+                                           __u64 pid_tgid, struct task_struct* task, int keep) {
+  struct gather_buf* g = &s->buf;
   st->gathering = 0;
   __u64 start = g->hdr.stream_pos;
   __u32 captured = g->hdr.captured;
@@ -822,18 +872,15 @@ static __always_inline void flush_gathered(struct conn_state* st, struct gather_
   g->hdr.captured = captured;
   g->hdr.nsegs = nsegs;
   __u64 size = sizeof(struct fc_data_event) + (captured & (2 * FC_GATHER_BYTES - 1));
-  if (size > sizeof(*g)) return;
-  submit(g, size);
+  if (size <= sizeof(*g)) submit(g, size);
+  if (!keep) release_slot(s);
 }
 
 static __always_inline void flush_gather(struct conn_state* st, struct sock* sk, __u64 end,
                                          __u64 pid_tgid, struct task_struct* task) {
-  if (!sk || !st->gathering) return;
-  struct gather_buf* g = bpf_sk_storage_get(&gathers, sk, 0, 0);
-  if (g)
-    flush_gathered(st, g, end, pid_tgid, task);
-  else
-    st->gathering = 0; /* cannot happen: the storage lives as long as the socket */
+  if (!sk) return;
+  struct gather_slot* s = held_slot(st);
+  if (s) flush_gathered(st, s, end, pid_tgid, task, 0);
 }
 
 /* Adds a send's first `want` bytes (at `buf`, stream position `pos`) to the gather, starting
@@ -870,7 +917,7 @@ static __always_inline int gather_add(struct conn_state* st, struct gather_buf* 
 }
 
 /* Gathers a send of `ret` bytes whose first `want` are captured, and hands the record on if the
- * send ends the response. Returns 0 if it cannot be gathered (too large, or no storage): the
+ * send ends the response. Returns 0 if it cannot be gathered (too large, or no free slot): the
  * caller then gives it a record of its own, after the gathered one. */
 static __always_inline int try_gather(struct conn_state* st, struct sock* sk, __u64 pos, __u32 ret,
                                       __u32 hole, __u32 want, __u64 buf, int ends, __u64 pid_tgid,
@@ -880,16 +927,13 @@ static __always_inline int try_gather(struct conn_state* st, struct sock* sk, __
     flush_gather(st, sk, pos, pid_tgid, task);
     return 0;
   }
-  struct gather_buf* g = bpf_sk_storage_get(&gathers, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-  if (!g) {
-    st->gathering = 0; /* none was open: it is made here */
-    return 0;
+  struct gather_slot* s = st->gathering ? held_slot(st) : claim_slot(st);
+  if (!s) return 0;
+  if (!gather_add(st, &s->buf, pos, hole, want, buf)) { /* full: hand on what it holds, anew */
+    flush_gathered(st, s, pos, pid_tgid, task, 1);
+    gather_add(st, &s->buf, pos, 0, want, buf);
   }
-  if (!gather_add(st, g, pos, hole, want, buf)) { /* full: hand on what it holds, start anew */
-    flush_gathered(st, g, pos, pid_tgid, task);
-    gather_add(st, g, pos, 0, want, buf);
-  }
-  if (ends) flush_gathered(st, g, pos + ret, pid_tgid, task);
+  if (ends) flush_gathered(st, s, pos + ret, pid_tgid, task, 0);
   return 1;
 }
 
@@ -919,14 +963,17 @@ static __always_inline int gather_start(struct conn_state* st, struct sock* sk, 
                                         __u32 ret, __u32 hole, __u32 want, __u64 buf,
                                         __u64 pid_tgid, struct task_struct* task) {
   if (!sk || want < 4 || want > FC_GATHER_BYTES || st->gathering) return 0;
-  struct gather_buf* g = bpf_sk_storage_get(&gathers, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-  if (!g || !gather_add(st, g, pos, hole, want, buf)) {
+  struct gather_slot* s = claim_slot(st);
+  if (!s) return 0;
+  if (!gather_add(st, &s->buf, pos, hole, want, buf)) {
     st->gathering = 0;
+    release_slot(s);
     return 0;
   }
   if (!hole) st->gather_src = src; /* one call so far: its record says which */
-  if (g->hdr.nsegs == 1) start_response(st, pos, ret, *(__u32*)g->data); /* else a copy fault */
-  if (st->resp_state != RESP_IN) flush_gathered(st, g, pos + ret, pid_tgid, task);
+  /* The size prefix, read back from the slot (no segment: a copy fault). */
+  if (s->buf.hdr.nsegs == 1) start_response(st, pos, ret, *(__u32*)s->buf.data);
+  if (st->resp_state != RESP_IN) flush_gathered(st, s, pos + ret, pid_tgid, task, 0);
   return 1;
 }
 

@@ -267,7 +267,9 @@ enum fc_counter {
   FC_COUNTER_GATHERED = 6, /* sends gathered into a later record (no record of their own) */
   FC_COUNTER_CIPHERTEXT_SKIPPED = 7, /* socket calls of a connection whose TLS plaintext is seen
                                         (TLS_DATA): no record, unless cfg_record_ciphertext */
-  FC_COUNTER_MAX = 8,
+  FC_COUNTER_GATHER_NO_SLOT = 8,     /* a response not gathered: both of its gather slots were busy
+                                        (its sends keep a record each) */
+  FC_COUNTER_MAX = 9,
 };
 
 #endif

@@ -494,6 +494,10 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
     return make_error(
         "a yielding drain needs a backlog mark above 0 bytes and an away time of "
         "at least 1 ms");
+  if (options.gather_slots == 0 || options.gather_slots > 65536 ||
+      (options.gather_slots & (options.gather_slots - 1)) != 0)
+    return make_error("the capture's gather slots must be a power of two from 1 to 65536, not " +
+                      std::to_string(options.gather_slots));
   impl->cpus = libbpf_num_possible_cpus();
   if (impl->cpus <= 0) return make_error("cannot count CPUs: " + errno_text(impl->cpus));
   if (impl->cpus > FC_MAX_CPUS)
@@ -556,6 +560,10 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
     // Only the entry-exit pairs carry arguments in a map (16 Ki preallocated entries).
     if (impl->variant != Variant::kSyscallEntryExit)
       bpf_map__set_max_entries(impl->skel->maps.sc_inflight, 1);
+    // Gather slots (1.2 KiB each) serve the sock variant's programs alone.
+    const __u32 gather_slots = by_syscall ? 1 : options.gather_slots;
+    bpf_map__set_max_entries(impl->skel->maps.gather_slots, gather_slots);
+    impl->skel->rodata->cfg_gather_slot_mask = gather_slots - 1;
     bpf_map__set_max_entries(impl->skel->maps.ringbufs, static_cast<__u32>(impl->cpus));
     bpf_map__set_max_entries(impl->skel->maps.scratch, static_cast<__u32>(impl->cpus));
     if (bpf_map__set_inner_map_fd(impl->skel->maps.ringbufs, impl->ring_fds[0]) != 0)
@@ -798,6 +806,7 @@ std::vector<Counters> Capture::per_cpu() const {
   read(FC_COUNTER_FOLDED, &Counters::folded);
   read(FC_COUNTER_GATHERED, &Counters::gathered);
   read(FC_COUNTER_CIPHERTEXT_SKIPPED, &Counters::ciphertext_skipped);
+  read(FC_COUNTER_GATHER_NO_SLOT, &Counters::gather_no_slot);
   return result;
 }
 
@@ -814,6 +823,7 @@ Counters sum_of(const std::vector<Counters>& per_cpu) {
     sum.folded += c.folded;
     sum.gathered += c.gathered;
     sum.ciphertext_skipped += c.ciphertext_skipped;
+    sum.gather_no_slot += c.gather_no_slot;
   }
   return sum;
 }

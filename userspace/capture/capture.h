@@ -83,6 +83,11 @@ struct Options {
   bool drain_yields = false;
   std::size_t drain_yield_backlog_bytes = 8u << 20;
   int drain_yield_away_ms = 500;
+  // Slots for gathering the sends of Kafka responses in flight into one record each (sock
+  // variant; 1.2 KiB of kernel memory each). A response holds one from its first send until its
+  // record leaves; a connection may use two (by its id), and when both are busy its response
+  // keeps a record per send (Counters::gather_no_slot). A power of two, 1 to 65,536.
+  std::uint32_t gather_slots = 1024;
   // Tests: act as a kernel whose verifier refuses the syscall exit programs (the loader then
   // falls back to the entry-exit pairs), a path no kernel that runs the tests takes.
   bool test_refuse_syscall_exit_programs = false;
@@ -98,6 +103,8 @@ struct Counters {
   std::uint64_t gathered = 0;  // sends gathered into a response's record (none of their own)
   // socket calls of connections whose TLS plaintext is seen: counted, not recorded
   std::uint64_t ciphertext_skipped = 0;
+  // responses not gathered because both of their gather slots were busy (a record per send)
+  std::uint64_t gather_no_slot = 0;
 };
 
 // One record as the BPF side wrote it. For DATA/TLS_DATA `data` is set, `payload` holds the

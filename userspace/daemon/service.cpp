@@ -608,6 +608,7 @@ struct Service::Impl {
       doc["tls_events"] = capture_status.totals.tls_events;
       doc["folded_sendfiles"] = capture_status.totals.folded;
       doc["tls_ciphertext_calls_skipped"] = capture_status.totals.ciphertext_skipped;
+      doc["responses_not_gathered"] = capture_status.totals.gather_no_slot;
       doc["handled_events"] = events.load(std::memory_order_relaxed);
       doc["drain"] = {{"wait_seconds_total", static_cast<double>(drain_wait_ns) / 1e9},
                       {"wait_max_seconds", static_cast<double>(drain_wait_max_ns) / 1e9},

@@ -1526,6 +1526,120 @@ TEST_CASE("a response's first send opens the gather; one that ends there leaves 
   run_one_and_two_sends(Variant::kSyscallTracepoints);
 }
 
+namespace {
+
+// Two connections answer at once with a single gather slot (sock variant): A's response, in
+// flight, holds it, so B's response meanwhile keeps a record per send (counted as not gathered);
+// once A's record has left, the slot is free and B's next response is gathered again.
+const std::vector<std::pair<bool, std::size_t>> kHeaderAndFile = {{false, 20}, {true, 2000}};
+std::vector<SendCall> busy_slot_calls_a() {
+  return response(kHeaderAndFile, 130);
+}
+std::vector<SendCall> busy_slot_calls_b() {
+  auto calls = response(kHeaderAndFile, 140);
+  for (auto& c : response(kHeaderAndFile, 150)) calls.push_back(c);
+  return calls;
+}
+
+bool read_all(int fd, const std::vector<SendCall>& calls) {
+  std::size_t total = 0;
+  for (const auto& c : calls) total += c.bytes.size();
+  std::string sink(total, '\0');
+  return wait_inq(fd, total) && read(fd, sink.data(), total) == ssize_t(total);
+}
+
+int busy_slot_scenario(Child& self) {
+  Loopback a;
+  if (!open_kafka_loopback(self, a)) return 10;
+  Loopback b = a;  // a second connection to the same Kafka port
+  b.client = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(a.listen_port);
+  if (connect(b.client, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) return 11;
+  b.server = accept(a.listener, nullptr, nullptr);
+  sockaddr_in mine{};
+  socklen_t len = sizeof(mine);
+  if (b.server < 0 || getsockname(b.client, reinterpret_cast<sockaddr*>(&mine), &len) != 0)
+    return 12;
+  if (!serve_request(a, 131) || !serve_request(b, 141)) return 13;
+  const auto calls_a = busy_slot_calls_a();
+  const auto calls_b = busy_slot_calls_b();
+  if (!send_call(a.server, calls_a[0])) return 14;  // A's header takes the slot
+  if (!send_call(b.server, calls_b[0]) || !send_call(b.server, calls_b[1])) return 15;
+  if (!send_call(a.server, calls_a[1])) return 16;  // ends A's response: the slot is free
+  if (!serve_request(b, 142)) return 17;
+  if (!send_call(b.server, calls_b[2]) || !send_call(b.server, calls_b[3])) return 18;
+  if (!read_all(a.client, calls_a) || !read_all(b.client, calls_b)) return 19;
+  self.report(a.client_port);
+  self.report(ntohs(mine.sin_port));
+  self.wait_parent();
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a response finds every gather slot busy: a record per send, gathered again after") {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  Collector col({.ring_bytes_per_cpu = 1 << 20,
+                 .default_policy = kDefault,
+                 .variant = Variant::kSockTracepoints,
+                 .gather_slots = 1});
+  Child target(busy_slot_scenario);
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  const auto listen_port = static_cast<std::uint16_t>(target.receive());
+  REQUIRE(
+      col.capture->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
+  target.nod();
+  const auto port_a = static_cast<std::uint16_t>(target.receive());
+  const auto port_b = static_cast<std::uint16_t>(target.receive());
+  col.drain(5);
+  target.nod();
+  CHECK(target.wait() == 0);
+  col.capture->clear_port_policy(listen_port, false);
+
+  auto sends_of = [&](std::uint16_t client_port) {
+    fc_u64 conn = 0;
+    for (const auto& r : col.records)
+      if (r.common.kind == FC_EVENT_CONNECT && r.conn.local_port == listen_port &&
+          r.conn.peer_port == client_port && r.conn.origin != FC_ORIGIN_PROC_SCAN)
+        conn = r.common.conn_id;
+    REQUIRE(conn != 0);
+    std::vector<Record> out;
+    for (const auto& r : col.records)
+      if (r.is_data && r.common.conn_id == conn && r.data.direction == FC_DIR_SEND)
+        out.push_back(r);
+    return out;
+  };
+  const auto sent_a = sent_stream(busy_slot_calls_a());
+  const auto sent_b = sent_stream(busy_slot_calls_b());
+  const auto a = check_stream(sends_of(port_a), sent_a.bytes, sent_a.captured);
+  const auto b = check_stream(sends_of(port_b), sent_b.bytes, sent_b.captured);
+  REQUIRE(a.size() == 1);  // header and sendfile, gathered in the slot
+  CHECK(a[0].data.source == FC_SRC_GATHERED);
+  CHECK(a[0].data.length == 20 + 2000);
+  REQUIRE(b.size() == 3);  // the slot was busy: its own records; then gathered again
+  CHECK(b[0].data.source == FC_SRC_WRITEV);
+  CHECK(b[0].data.length == 20);
+  CHECK(b[1].data.source == FC_SRC_SENDFILE);
+  CHECK(b[1].data.length == 2000);
+  CHECK(b[2].data.source == FC_SRC_GATHERED);
+  CHECK(b[2].data.length == 20 + 2000);
+  CHECK(col.capture->totals().gather_no_slot == 1);
+}
+
+TEST_CASE("gather slots must be a power of two from 1 to 65536") {
+  for (std::uint32_t slots : {0u, 3u, 131072u}) {
+    INFO(slots);
+    auto opened = fc::capture::Capture::open({.gather_slots = slots}, [](const auto&) {});
+    REQUIRE_FALSE(opened.ok());
+    CHECK(opened.error().message.find("power of two") != std::string::npos);
+  }
+}
+
 TEST_CASE("a large send inside a Kafka response gives only the bulk prefix, sock tracepoints") {
   run_records(Variant::kSockTracepoints);
 }
