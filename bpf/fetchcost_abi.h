@@ -30,7 +30,9 @@
  *        the connection closes; its timestamp is when it left, not when the response began.
  *        A gathered record of one call only (a response sent whole by its first send) has
  *        that call's source. A response's first send too large for the gather (more than
- *        512 bytes captured: many partitions' headers in one write) has a record of its own.
+ *        512 bytes captured: many partitions' headers in one write) has a record of its own,
+ *        and so does every send of a response that finds no free gather slot (a slot holds
+ *        a response's sends while it is in flight; FC_COUNTER_GATHER_NO_SLOT).
  *   FC_EVENT_CONNECT / FC_EVENT_CLOSE  struct fc_conn_event (no payload).
  * Both start with struct fc_event_common; dispatch on common.kind. */
 #ifndef FETCHCOST_ABI_H
