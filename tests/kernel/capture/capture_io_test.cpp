@@ -1078,17 +1078,24 @@ int fold_scenario(Child& self) {
   return 0;
 }
 
-void run_fold(Variant variant) {
-  fc::testing::require_root("loading BPF programs");
-  REQUIRE(fc::capture::check_environment().ok());
-  Collector col({.ring_bytes_per_cpu = 1 << 20, .default_policy = kDefault, .variant = variant});
-  Child target(fold_scenario);
+// Watches `target`, starts it and makes the listener port it reports (open_kafka_loopback) a
+// Kafka port; returns that port.
+std::uint16_t watch_kafka_listener(Collector& col, Child& target) {
   REQUIRE(col.capture->add_target(target.pid()).ok());
   target.go();
   const auto listen_port = static_cast<std::uint16_t>(target.receive());
   REQUIRE(
       col.capture->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
   target.nod();
+  return listen_port;
+}
+
+void run_fold(Variant variant) {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  Collector col({.ring_bytes_per_cpu = 1 << 20, .default_policy = kDefault, .variant = variant});
+  Child target(fold_scenario);
+  const auto listen_port = watch_kafka_listener(col, target);
   const auto client_port = static_cast<std::uint16_t>(target.receive());
   usleep(50000);  // the close's last state change
   col.drain(5);
@@ -1588,12 +1595,7 @@ TEST_CASE("a response finds every gather slot busy: a record per send, gathered 
                  .variant = Variant::kSockTracepoints,
                  .gather_slots = 1});
   Child target(busy_slot_scenario);
-  REQUIRE(col.capture->add_target(target.pid()).ok());
-  target.go();
-  const auto listen_port = static_cast<std::uint16_t>(target.receive());
-  REQUIRE(
-      col.capture->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
-  target.nod();
+  const auto listen_port = watch_kafka_listener(col, target);
   const auto port_a = static_cast<std::uint16_t>(target.receive());
   const auto port_b = static_cast<std::uint16_t>(target.receive());
   col.drain(5);
