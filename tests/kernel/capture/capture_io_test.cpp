@@ -1103,11 +1103,7 @@ void run_fold(Variant variant) {
   CHECK(target.wait() == 0);
   col.capture->clear_port_policy(listen_port, false);
 
-  fc_u64 server = 0;
-  for (const auto& r : col.records)
-    if (r.common.kind == FC_EVENT_CONNECT && r.conn.local_port == listen_port &&
-        r.conn.peer_port == client_port && r.conn.origin != FC_ORIGIN_PROC_SCAN)
-      server = r.common.conn_id;
+  const fc_u64 server = conn_by_ports(col, target.pid(), listen_port, client_port);
   REQUIRE(server != 0);
   // Delivery order of the server's records: sends, receives and the close.
   std::vector<const Record*> sends;
@@ -1604,11 +1600,7 @@ TEST_CASE("a response finds every gather slot busy: a record per send, gathered 
   col.capture->clear_port_policy(listen_port, false);
 
   auto sends_of = [&](std::uint16_t client_port) {
-    fc_u64 conn = 0;
-    for (const auto& r : col.records)
-      if (r.common.kind == FC_EVENT_CONNECT && r.conn.local_port == listen_port &&
-          r.conn.peer_port == client_port && r.conn.origin != FC_ORIGIN_PROC_SCAN)
-        conn = r.common.conn_id;
+    const fc_u64 conn = conn_by_ports(col, target.pid(), listen_port, client_port);
     REQUIRE(conn != 0);
     std::vector<Record> out;
     for (const auto& r : col.records)
