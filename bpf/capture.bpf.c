@@ -178,7 +178,6 @@ struct gather_buf {
 };
 struct gather_slot {
   __u64 owner; /* conn_id of the connection whose response is gathered here; 0: free */
-  __u64 pad;
   struct gather_buf buf;
 };
 struct {

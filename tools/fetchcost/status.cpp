@@ -76,9 +76,10 @@ int run_status(const StatusOptions& o) {
           "behind %s times\n",
           d.value("idle_now", false) ? "idle" : "behind, normal priority",
           str(d, "promotions").c_str());
+    else if (const std::string error = d.value("error", ""); !error.empty())
+      std::printf("drain       normal priority: %s\n", error.c_str());
     else
-      std::printf("drain       normal priority%s%s\n", d.value("error", "").empty() ? "" : ": ",
-                  d.value("error", "").c_str());
+      std::printf("drain       normal priority\n");
   }
   const auto targets = s.value("targets", nlohmann::json::array());
   std::printf("targets     %zu\n", targets.size());
