@@ -202,9 +202,10 @@ bool wait_for(fc::capture::Capture& capture, bool polling, int ms, F done) {
 }  // namespace
 
 // The drain decodes in passes that hold a CPU; at SCHED_IDLE a broker or client thread woken onto
-// that CPU preempts it (docs/performance.md, "Session 25 figures"). It must not starve: a backlog of
-// records, or a drain away from poll() for too long, makes it a normal thread until it catches up.
-// The policy is the kernel's own account of this thread (sched_getscheduler), not the capture's.
+// that CPU preempts it (docs/performance.md, "Session 25 figures"). It must not starve: a backlog
+// of records, or a drain away from poll() for too long, makes it a normal thread until it catches
+// up. The policy is the kernel's own account of this thread (sched_getscheduler), not the
+// capture's.
 TEST_CASE("the drain yields while it keeps up and is a normal thread while it is behind") {
   fc::testing::require_root("loading BPF programs and changing a thread's scheduling policy");
   REQUIRE(fc::capture::check_environment().ok());
