@@ -8,6 +8,7 @@
 #define FC_KERNEL_TYPES_H
 
 #include <linux/types.h>
+/* After linux/types.h, which it needs (kept apart so include sorting leaves the order). */
 #include <linux/bpf.h>
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)

@@ -72,7 +72,8 @@ std::optional<std::uint32_t> kernel_watch_mask(const fs::path& dir) {
       unsigned long long ino = 0, mask = 0;
       bool has_ino = false, has_mask = false;
       while (fields >> field) {
-        if (field.rfind("ino:", 0) == 0) has_ino = std::sscanf(field.c_str() + 4, "%llx", &ino) == 1;
+        if (field.rfind("ino:", 0) == 0)
+          has_ino = std::sscanf(field.c_str() + 4, "%llx", &ino) == 1;
         if (field.rfind("mask:", 0) == 0)
           has_mask = std::sscanf(field.c_str() + 5, "%llx", &mask) == 1;
       }
@@ -190,7 +191,8 @@ TEST_CASE("inotify: segment deletion, new partitions and vanished dirs are seen"
   map.stop();
 }
 
-TEST_CASE("inotify: a partition dir is watched for written files only until its topic id is known") {
+TEST_CASE(
+    "inotify: a partition dir is watched for written files only until its topic id is known") {
   // A watch for IN_CLOSE_WRITE makes the kernel visit the parent dir on every read and sendfile
   // of the broker's segments in it; it is needed only while partition.metadata is unread.
   LogDir dir;
