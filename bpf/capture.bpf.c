@@ -289,27 +289,35 @@ static __always_inline void count_uncounted_folds(struct conn_state* st) {
   st->folds_uncounted = 0;
 }
 
-/* Bytes put into this CPU's ring since it last woke the reader. A wakeup every
- * cfg_wakeup_bytes produced bounds the unread data between wakeups as the old
- * `bpf_ringbuf_query(BPF_RB_AVAIL_DATA)` check did, without a helper call per record that
- * reads the consumer position (a cache line userspace writes). */
+/* An upper bound on the unread bytes in this CPU's ring: what it held when last checked plus
+ * what was put in since. Only when that bound reaches cfg_wakeup_bytes does a program ask the
+ * ring what is unread (`bpf_ringbuf_query`, which reads the consumer position, a cache line the
+ * reader writes), and it wakes the reader only if that is at the mark too. So a reader that
+ * keeps up on its own passes (capture.pass_interval_ms) is never woken: each forced wakeup
+ * costs the broker's thread an interrupt and a cross-CPU wakeup, tens of us on a KVM guest
+ * (docs/performance.md, "Session 28"), while the query runs once per mark's worth of bytes. */
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
   __uint(max_entries, 1);
   __type(key, __u32);
   __type(value, __u64);
-} ring_unwoken SEC(".maps");
+} ring_unread_bound SEC(".maps");
 
-static __always_inline __u64 wakeup_flags(__u64 size) {
+/* The flags for a record of `size` bytes about to go into ring `rb`. */
+static __always_inline __u64 wakeup_flags(void* rb, __u64 size) {
   __u32 zero = 0;
-  __u64* unwoken = bpf_map_lookup_elem(&ring_unwoken, &zero);
-  if (!unwoken) return 0; /* cannot happen; 0 is the ring's own adaptive wakeup */
-  __u64 n = *unwoken + size;
+  __u64* bound = bpf_map_lookup_elem(&ring_unread_bound, &zero);
+  if (!bound) return 0; /* cannot happen; 0 is the ring's own adaptive wakeup */
+  __u64 n = *bound + size;
   if (n >= cfg_wakeup_bytes) {
-    *unwoken = 0;
-    return BPF_RB_FORCE_WAKEUP;
+    n = bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA) + size;
+    if (n >= cfg_wakeup_bytes) {
+      *bound = 0;
+      count(FC_COUNTER_WAKEUPS);
+      return BPF_RB_FORCE_WAKEUP;
+    }
   }
-  *unwoken = n;
+  *bound = n;
   return BPF_RB_NO_WAKEUP;
 }
 
@@ -320,7 +328,7 @@ static __always_inline int submit(void* data, __u64 size) {
     count(FC_COUNTER_DROPS);
     return -1;
   }
-  if (bpf_ringbuf_output(rb, data, size, wakeup_flags(size)) != 0) {
+  if (bpf_ringbuf_output(rb, data, size, wakeup_flags(rb, size)) != 0) {
     count(FC_COUNTER_DROPS);
     return -1;
   }
@@ -716,7 +724,7 @@ static __always_inline void emit_length_only(const struct conn_state* st, __u64 
     count(FC_COUNTER_DROPS);
     return;
   }
-  __u64 flags = wakeup_flags(FC_DATA_EVENT_SHORT);
+  __u64 flags = wakeup_flags(rb, FC_DATA_EVENT_SHORT);
   struct fc_data_event_short* r = bpf_ringbuf_reserve(rb, sizeof(*r), 0);
   if (!r) {
     count(FC_COUNTER_DROPS);
@@ -742,7 +750,7 @@ static __always_inline void emit_length_only(const struct conn_state* st, __u64 
       __u8 hdr[FC_DATA_EVENT_ONE_SEGMENT]; /* struct fc_data_event up to segs[0] */ \
       __u8 data[N];                                                                 \
     } * r;                                                                          \
-    __u64 flags = wakeup_flags(sizeof(*r));                                         \
+    __u64 flags = wakeup_flags(rb, sizeof(*r));                                     \
     r = bpf_ringbuf_reserve(rb, sizeof(*r), 0);                                     \
     if (!r) {                                                                       \
       count(FC_COUNTER_DROPS);                                                      \

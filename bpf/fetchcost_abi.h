@@ -271,7 +271,8 @@ enum fc_counter {
                                         (TLS_DATA): no record, unless cfg_record_ciphertext */
   FC_COUNTER_GATHER_NO_SLOT = 8,     /* a response not gathered: both of its gather slots were busy
                                         (its sends keep a record each) */
-  FC_COUNTER_MAX = 9,
+  FC_COUNTER_WAKEUPS = 9,            /* the reader woken: a ring's unread data reached the mark */
+  FC_COUNTER_MAX = 10,
 };
 
 #endif

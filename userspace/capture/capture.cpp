@@ -807,6 +807,7 @@ std::vector<Counters> Capture::per_cpu() const {
   read(FC_COUNTER_GATHERED, &Counters::gathered);
   read(FC_COUNTER_CIPHERTEXT_SKIPPED, &Counters::ciphertext_skipped);
   read(FC_COUNTER_GATHER_NO_SLOT, &Counters::gather_no_slot);
+  read(FC_COUNTER_WAKEUPS, &Counters::wakeups);
   return result;
 }
 
@@ -824,6 +825,7 @@ Counters sum_of(const std::vector<Counters>& per_cpu) {
     sum.gathered += c.gathered;
     sum.ciphertext_skipped += c.ciphertext_skipped;
     sum.gather_no_slot += c.gather_no_slot;
+    sum.wakeups += c.wakeups;
   }
   return sum;
 }

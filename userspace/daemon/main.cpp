@@ -57,7 +57,7 @@ void print_capture_status(const fc::capture::Status& s) {
   std::fprintf(stderr,
                "status: variant=%s ring=%zu bytes/cpu events=%llu drops=%llu "
                "delivered=%llu tls_events=%llu ciphertext_skipped=%llu folded=%llu "
-               "gathered=%llu gather_no_slot=%llu\n",
+               "gathered=%llu gather_no_slot=%llu wakeups=%llu\n",
                fc::capture::variant_name(s.variant), s.ring_bytes_per_cpu,
                static_cast<unsigned long long>(s.totals.events),
                static_cast<unsigned long long>(s.totals.drops),
@@ -66,7 +66,8 @@ void print_capture_status(const fc::capture::Status& s) {
                static_cast<unsigned long long>(s.totals.ciphertext_skipped),
                static_cast<unsigned long long>(s.totals.folded),
                static_cast<unsigned long long>(s.totals.gathered),
-               static_cast<unsigned long long>(s.totals.gather_no_slot));
+               static_cast<unsigned long long>(s.totals.gather_no_slot),
+               static_cast<unsigned long long>(s.totals.wakeups));
   for (std::size_t cpu = 0; cpu < s.per_cpu.size(); ++cpu)
     std::fprintf(stderr, "status:   cpu %zu events=%llu drops=%llu\n", cpu,
                  static_cast<unsigned long long>(s.per_cpu[cpu].events),

@@ -183,6 +183,72 @@ TEST_CASE("records that trickle in reach the drain every pass interval, not ever
   CHECK(fc::capture::Capture::open({.pass_interval_ms = 0}, [](const auto&) {}).ok() == false);
 }
 
+// Each forced wakeup of the ring reader costs the broker's thread an interrupt and a wakeup
+// across CPUs (tens of us on a KVM guest, docs/performance.md "Session 28"). A reader that keeps
+// up on its own passes must never be woken; one that falls behind must be, before the ring fills.
+// The programs' own count of wakeups (Counters::wakeups) is checked against what the load makes
+// of each case, and every record must arrive in both.
+TEST_CASE("the programs wake the ring reader only when a ring's unread data reaches its mark") {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  {
+    // Kept up: 0.6 s of paced records, some 100 KiB in all, well past the 8 KiB mark, but the
+    // reader takes them every 5 ms, about 1 KiB at a time.
+    Collector col({.ring_bytes_per_cpu = 1 << 20, .wakeup_bytes = 8 << 10, .pass_interval_ms = 5});
+    Child target(paced_scenario);
+    REQUIRE(col.capture->add_target(target.pid()).ok());
+    target.go();
+    while (!target.ready()) REQUIRE(col.capture->poll(20).ok());
+    const long long writes = target.receive();
+    col.drain(3);
+    target.nod();
+    CHECK(target.wait() == 0);
+    std::size_t sends = 0, bytes = 0;
+    for (const auto& r : col.records) {
+      if (r.common.kind != FC_EVENT_DATA) continue;
+      if (r.data.direction == FC_DIR_SEND) ++sends;
+      bytes += r.data.length;
+    }
+    const auto status = col.capture->status();
+    MESSAGE("kept up: " << col.records.size() << " records (" << bytes << " payload bytes), "
+                        << status.totals.wakeups << " wakeups");
+    CHECK(sends == static_cast<std::size_t>(writes));
+    // The marks' worth of bytes the records filled, at the least (each holds a header): a
+    // wakeup per mark produced, as the programs did before session 28, would be this many.
+    const std::size_t marks_produced = col.records.size() * FC_DATA_EVENT_SHORT / (8 << 10);
+    CHECK(marks_produced >= 5);
+    // None while the reader keeps up; two at most for a reader the host stalls for 30 ms.
+    CHECK(status.totals.wakeups <= 2);
+    CHECK(status.totals.drops == 0);
+  }
+  {
+    // Behind: about 7 MB of records in a burst against a 64 KiB mark and 100 ms passes. The
+    // rings (16 MiB per CPU) hold it all, so any drop would be the wakeups' fault.
+    Collector col({.ring_bytes_per_cpu = 16 << 20,
+                   .wakeup_bytes = 64 << 10,
+                   .default_policy = {256, 256, FC_ROLE_OTHER},
+                   .pass_interval_ms = 100});
+    Child target(load_scenario);
+    REQUIRE(col.capture->add_target(target.pid()).ok());
+    target.go();
+    while (!target.ready()) REQUIRE(col.capture->poll(20).ok());
+    const long long sends = target.receive();
+    target.receive();
+    col.drain(3);
+    target.nod();
+    CHECK(target.wait() == 0);
+    std::size_t data_sends = 0;
+    for (const auto& r : col.records)
+      if (r.common.kind == FC_EVENT_DATA && r.data.direction == FC_DIR_SEND) ++data_sends;
+    const auto status = col.capture->status();
+    MESSAGE("behind: " << col.records.size() << " records, " << status.totals.wakeups
+                       << " wakeups");
+    CHECK(data_sends == static_cast<std::size_t>(sends));
+    CHECK(status.totals.wakeups >= 1);
+    CHECK(status.totals.drops == 0);
+  }
+}
+
 namespace {
 
 // Waits up to `ms` for `done()`, polling as a drain that keeps up would (so the reader sees it
