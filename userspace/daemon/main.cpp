@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "base/version.h"
 #include "capture/capture.h"
 #include "daemon/config.h"
 #include "daemon/privileges.h"
@@ -95,6 +96,7 @@ void print_capture_status(const fc::capture::Status& s) {
 
 int main(int argc, char** argv) {
   CLI::App app{"fetchcostd — attributes Kafka tiered-storage reads to the clients that cause them"};
+  app.set_version_flag("--version", std::string("fetchcostd ") + fc::kVersion);
   std::vector<int> pids;
   std::string match = "kafka.Kafka";
   std::string cgroup;

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/version.h"
 #include "daemon/budget.h"
 #include "daemon/reorder.h"
 
@@ -54,7 +55,6 @@ constexpr std::size_t kReleaseSlice = 256;
 constexpr std::uint64_t kReleaseBudgetNs = 5'000'000;
 constexpr std::size_t kMaxBacklogBytes = 64u << 20;
 constexpr int kMaxActionsInFlight = 4;  // beyond this, actions are skipped (and counted)
-constexpr const char* kVersion = "0.1.0";
 
 extern "C" char** environ;
 

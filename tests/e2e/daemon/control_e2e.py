@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """fetchcostd's control surface on the real kernel (root):
-  - not root: exits 2 with a message that says what to do;
+  - not root: exits 2 with a message that says what to do; --version works without privilege
+    and agrees with /api/v1/status;
   - a bad config: exits 2 naming the field;
   - attribution off (API) detaches every probe (bpftool shows none), on attaches them again;
   - SIGHUP with an invalid config keeps the running one and counts the error; a valid one
@@ -130,6 +131,13 @@ def main():
                        capture_output=True, text=True, timeout=20)
     check(r.returncode == 2 and "run it as root" in r.stderr, f"unprivileged start refused ({r.stderr.strip()[:120]})")
 
+    # --version needs no privilege and touches nothing (checked against the status API below).
+    r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                        "--inh-caps=-all", "--bounding-set=-all", FETCHCOSTD, "--version"],
+                       capture_output=True, text=True, timeout=20)
+    version = r.stdout.strip()
+    check(r.returncode == 0 and version.startswith("fetchcostd "), f"--version unprivileged ({version!r})")
+
     # A bad config line names the field.
     with open(conf, "w") as f:
         f.write('{"sensors": {"max_sensors": "lots"}}')
@@ -144,6 +152,11 @@ def main():
         check(wait_until(lambda: programs_of(proc.pid) >= 2), "probes attached at start")
         held = prog_ids_of(proc.pid)
         check(wait_until(lambda: metric(base, "fetchcost_attribution_enabled") == 1), "API up, attribution on")
+        status = json.loads(http(base + "/api/v1/status"))
+        check(version == "fetchcostd " + status.get("version", "?"),
+              f"--version and the status API agree ({status.get('version')!r})")
+        check(isinstance(status.get("ring_reader", {}).get("wakeups"), int),
+              "status: ring_reader.wakeups counted")
 
         http(base + "/api/v1/attribution", '{"enabled": false}')
         check(wait_until(lambda: programs_of(proc.pid) == 0), "attribution off: every probe detached")
