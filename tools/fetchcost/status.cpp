@@ -44,6 +44,22 @@ int run_status(const StatusOptions& o) {
       most_insns = std::max(most_insns, p.value("verified_insns", std::uint64_t{0}));
     }
   std::printf("\n");
+  if (s.contains("program_stats")) {  // capture.program_stats: the kernel times the runs
+    const auto& ps = s["program_stats"];
+    std::uint64_t runs = 0, run_ns = 0;
+    for (const auto& p : s.value("programs", nlohmann::json::array())) {
+      runs += p.value("run_count", std::uint64_t{0});
+      run_ns += p.value("run_time_ns", std::uint64_t{0});
+    }
+    if (const std::string error = ps.value("error", ""); !error.empty())
+      std::printf("run time    not timed: %s\n", error.c_str());
+    else if (ps.value("kernel_timing", false) && runs > 0)
+      std::printf("run time    %.3f s in %llu runs (%.0f ns per run), every process's calls\n",
+                  static_cast<double>(run_ns) / 1e9, static_cast<unsigned long long>(runs),
+                  static_cast<double>(run_ns) / static_cast<double>(runs));
+    else if (!ps.value("kernel_timing", false))
+      std::printf("run time    not timed (capture.program_stats)\n");
+  }
   if (s.contains("programs_load_seconds"))
     std::printf("verifier    programs loaded in %.2f s, at most %llu instructions walked\n",
                 s.value("programs_load_seconds", 0.0), static_cast<unsigned long long>(most_insns));

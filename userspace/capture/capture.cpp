@@ -92,6 +92,46 @@ bool is_tls_program(const char* name) {
   return std::strncmp(name, "tls_", 4) == 0;
 }
 
+// Options::program_stats: one BPF_ENABLE_STATS fd for the whole process, taken once and kept
+// until it exits (closed, the kernel stops timing unless another holder or the sysctl keeps it
+// on). Process-wide, not per Capture: taking it needs CAP_SYS_ADMIN, which fetchcostd drops
+// after its first capture is open, and a capture opened again (attribution off, then on) must
+// find it still held.
+struct ProgramStatsHold {
+  std::mutex mutex;
+  int fd = -1;
+  std::string error;  // why the last attempt failed
+};
+ProgramStatsHold& program_stats_hold() {
+  static ProgramStatsHold hold;
+  return hold;
+}
+
+void hold_program_stats() {
+  auto& hold = program_stats_hold();
+  std::lock_guard lock(hold.mutex);
+  if (hold.fd >= 0) return;
+  const int fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+  if (fd < 0) {
+    hold.error = "cannot have the kernel time the BPF programs' runs (BPF_ENABLE_STATS: " +
+                 errno_text(errno) +
+                 "; needs Linux >= 5.8 and CAP_SYS_ADMIN when fetchcostd starts): the "
+                 "fetchcost_bpf_program_* metrics stay flat; set capture.program_stats to false, "
+                 "or turn timing on for the whole host with `sysctl kernel.bpf_stats_enabled=1`";
+    return;
+  }
+  hold.fd = fd;
+  hold.error.clear();
+}
+
+// The sysctl kernel.bpf_stats_enabled: 1 when set by hand. It reads only its own setting, not the
+// BPF_ENABLE_STATS holders (the kernel counts both, in a static key userspace cannot read).
+bool host_times_programs() {
+  std::ifstream f("/proc/sys/kernel/bpf_stats_enabled");
+  int on = 0;
+  return static_cast<bool>(f >> on) && on != 0;
+}
+
 std::string comm_of(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
   std::string s;
@@ -498,6 +538,7 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
       (options.gather_slots & (options.gather_slots - 1)) != 0)
     return make_error("the capture's gather slots must be a power of two from 1 to 65536, not " +
                       std::to_string(options.gather_slots));
+  if (options.program_stats) hold_program_stats();
   impl->cpus = libbpf_num_possible_cpus();
   if (impl->cpus <= 0) return make_error("cannot count CPUs: " + errno_text(impl->cpus));
   if (impl->cpus > FC_MAX_CPUS)
@@ -863,6 +904,13 @@ Status Capture::status() const {
     }
     s.programs.push_back(p);
   }
+  if (impl_->options.program_stats) {
+    auto& hold = program_stats_hold();
+    std::lock_guard lock(hold.mutex);
+    s.program_stats.held = hold.fd >= 0;
+    s.program_stats.error = hold.error;
+  }
+  s.program_stats.kernel_timing = s.program_stats.held || host_times_programs();
   for (const auto& [pid, t] : impl_->targets) s.targets.push_back(t.status);
   s.per_cpu = per_cpu();
   s.totals = sum_of(s.per_cpu);

@@ -89,6 +89,12 @@ struct Options {
   // record leaves; a connection may use two (by its id), and when both are busy its response
   // keeps a record per send (Counters::gather_no_slot). A power of two, 1 to 65,536.
   std::uint32_t gather_slots = 1024;
+  // Have the kernel time every run of every BPF program (bpf_prog_info run_time_ns and
+  // run_cnt, in ProgramStatus): a BPF_ENABLE_STATS fd, taken by the first open() that asks and
+  // held until fetchcostd exits (it needs CAP_SYS_ADMIN, which is dropped after the first open;
+  // a capture opened again later finds it held). Timing costs each run two clock reads
+  // (docs/performance.md, "What the programs cost, in production").
+  bool program_stats = false;
   // Tests: act as a kernel whose verifier refuses the syscall exit programs (the loader then
   // falls back to the entry-exit pairs), a path no kernel that runs the tests takes.
   bool test_refuse_syscall_exit_programs = false;
@@ -150,9 +156,19 @@ struct ProgramStatus {
   std::uint32_t verified_insns = 0;
 };
 
+// Whether the kernel times the programs' runs now (fetchcostd holds a BPF_ENABLE_STATS fd, or the
+// sysctl kernel.bpf_stats_enabled is 1; another process's fd is not visible), whether fetchcostd
+// holds one (Options::program_stats), or why it could not take it.
+struct ProgramStatsStatus {
+  bool kernel_timing = false;
+  bool held = false;
+  std::string error;
+};
+
 struct Status {
   Variant variant = Variant::kAuto;
   std::vector<ProgramStatus> programs;  // loaded socket programs (TLS ones when attached)
+  ProgramStatsStatus program_stats;
   std::vector<TargetStatus> targets;
   std::size_t ring_bytes_per_cpu = 0;
   double load_seconds = 0;  // wall time the kernel took to load (verify) the programs

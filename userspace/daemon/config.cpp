@@ -133,7 +133,7 @@ Result<Config> parse_config(std::string_view text) {
   if (doc.contains("capture") &&
       r.check_keys(doc["capture"], "capture",
                    {"ring_kib_per_cpu", "capture_bytes", "tls_libraries", "drain_nice",
-                    "realtime_reader", "pass_interval_ms", "drain_yields"})) {
+                    "realtime_reader", "pass_interval_ms", "drain_yields", "program_stats"})) {
     r.get(doc["capture"], "ring_kib_per_cpu", "capture.ring_kib_per_cpu", c.ring_kib_per_cpu);
     r.get(doc["capture"], "capture_bytes", "capture.capture_bytes", c.capture_bytes);
     r.get(doc["capture"], "tls_libraries", "capture.tls_libraries", c.tls_libraries);
@@ -141,6 +141,7 @@ Result<Config> parse_config(std::string_view text) {
     r.get(doc["capture"], "realtime_reader", "capture.realtime_reader", c.realtime_reader);
     r.get(doc["capture"], "pass_interval_ms", "capture.pass_interval_ms", c.pass_interval_ms);
     r.get(doc["capture"], "drain_yields", "capture.drain_yields", c.drain_yields);
+    r.get(doc["capture"], "program_stats", "capture.program_stats", c.program_stats);
   }
   if (doc.contains("budgets") &&
       r.check_keys(doc["budgets"], "budgets",

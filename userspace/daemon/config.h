@@ -16,7 +16,8 @@
 //     "audit_log": {"path": "", "max_bytes": 104857600, "keep": 5},
 //     "capture": {"ring_kib_per_cpu": 4096, "capture_bytes": 4096,
 //                 "tls_libraries": ["openssl", "gnutls"], "drain_nice": 0,
-//                 "realtime_reader": true, "pass_interval_ms": 100, "drain_yields": true},
+//                 "realtime_reader": true, "pass_interval_ms": 100, "drain_yields": true,
+//                 "program_stats": false},
 //     "attribution_enabled": true,
 //     "budgets": {"limits": [{"client_id": "scanner", "per_hour": 0.5},
 //                            {"group_id": "analytics", "per_hour": 2}],
@@ -80,6 +81,9 @@ struct Config {
   // The drain runs at SCHED_IDLE while it keeps up, so it never delays a broker or client thread
   // (capture::Options::drain_yields).
   bool drain_yields = true;
+  // The kernel times every run of the BPF programs while fetchcostd runs, for the
+  // fetchcost_bpf_program_* metrics (capture::Options::program_stats).
+  bool program_stats = false;
   std::vector<std::string> tls_libraries = {"openssl", "gnutls"};
   bool attribution_enabled = true;
   BudgetConfig budgets;

@@ -74,8 +74,9 @@ void print_capture_status(const fc::capture::Status& s) {
                  static_cast<unsigned long long>(s.per_cpu[cpu].events),
                  static_cast<unsigned long long>(s.per_cpu[cpu].drops));
   for (const auto& p : s.programs)
-    std::fprintf(stderr, "status:   program %s runs=%llu verified_insns=%u\n", p.name.c_str(),
-                 static_cast<unsigned long long>(p.run_count), p.verified_insns);
+    std::fprintf(stderr, "status:   program %s runs=%llu run_time_ns=%llu verified_insns=%u\n",
+                 p.name.c_str(), static_cast<unsigned long long>(p.run_count),
+                 static_cast<unsigned long long>(p.run_time_ns), p.verified_insns);
   for (const auto& t : s.targets) {
     std::fprintf(
         stderr,
@@ -111,6 +112,7 @@ int main(int argc, char** argv) {
   bool no_tls = false;
   bool no_realtime_reader = false;
   bool no_drain_yield = false;
+  bool program_stats = false;
   int pass_interval_ms = 100;
   std::vector<std::string> tls_skip;
   std::string variant = "auto";
@@ -143,6 +145,9 @@ int main(int argc, char** argv) {
                  "passes hold a CPU the broker may want for less time, at more wakeups")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
+  app.add_flag("--program-stats", program_stats,
+               "Have the kernel time the BPF programs' runs while fetchcostd runs "
+               "(fetchcost_bpf_program_* metrics; two clock reads per run)");
   app.add_option("--capture-variant", variant,
                  "Socket hooks: auto, sock-tracepoints (Linux >= 6.3), syscall-tracepoints (exit "
                  "programs, Linux >= 5.15; else as syscall-entry-exit) or syscall-entry-exit "
@@ -179,6 +184,7 @@ int main(int argc, char** argv) {
     if (app.count("--drain-nice") == 0) drain_nice = config.drain_nice;
     if (!config.realtime_reader) no_realtime_reader = true;
     if (!config.drain_yields) no_drain_yield = true;
+    if (config.program_stats) program_stats = true;
     if (app.count("--pass-interval-ms") == 0) pass_interval_ms = config.pass_interval_ms;
     auto listed = [&](const std::string& lib) {
       return std::find(config.tls_libraries.begin(), config.tls_libraries.end(), lib) !=
@@ -190,6 +196,7 @@ int main(int argc, char** argv) {
       if (!listed(lib) && !(lib == "boringssl" && listed("openssl"))) tls_skip.push_back(lib);
   }
   if (!listen.empty()) config.listen = listen;
+  config.program_stats = program_stats;  // the flag's, as the status API reports it
   // Discovery never finds this process; a pid given by hand could be it (Capture refuses it).
   if (std::find(pids.begin(), pids.end(), static_cast<int>(getpid())) != pids.end()) {
     std::fprintf(stderr,
@@ -217,6 +224,7 @@ int main(int argc, char** argv) {
   options.realtime_reader = !no_realtime_reader;
   options.pass_interval_ms = pass_interval_ms;
   options.drain_yields = !no_drain_yield;
+  options.program_stats = program_stats;
   auto service = fc::daemon::Service::create(config);
   if (!service) {
     std::fprintf(stderr, "fetchcostd: %s\n", service.error().message.c_str());
@@ -292,6 +300,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "fetchcostd: ring reader thread at real-time priority (SCHED_FIFO 1)\n");
     else if (!status.reader_priority_error.empty())
       std::fprintf(stderr, "fetchcostd: warning: %s\n", status.reader_priority_error.c_str());
+    if (!status.program_stats.error.empty())
+      std::fprintf(stderr, "fetchcostd: warning: %s\n", status.program_stats.error.c_str());
+    else if (status.program_stats.held)
+      std::fprintf(stderr,
+                   "fetchcostd: the kernel times every run of the BPF programs "
+                   "(capture.program_stats)\n");
     return true;
   };
   if ((*service)->attribution_enabled() && !open_capture()) return 2;

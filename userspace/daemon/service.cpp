@@ -418,7 +418,7 @@ struct Service::Impl {
 
   exporter::SelfMetrics self_metrics() {
     exporter::SelfMetrics m;
-    m.version = "0.1.0";
+    m.version = kVersion;
     m.attribution_enabled = enabled;
     m.events = events.load(std::memory_order_relaxed);
     m.config_errors = config_errors;
@@ -432,6 +432,10 @@ struct Service::Impl {
     for (const auto& t : capture_status.targets)
       for (const auto& l : t.tls) m.probes_attached += l.skipped ? 0 : l.functions.size();
     m.targets = capture_status.targets.size();
+    m.programs_timed = capture_status.program_stats.kernel_timing;
+    if (m.programs_timed)
+      for (const auto& p : capture_status.programs)
+        m.programs.push_back({p.name, p.run_count, static_cast<double>(p.run_time_ns) / 1e9});
     if (pipe) {
       const auto& a = pipe->attribution_counters();
       m.reads_exact = a.reads_exact;
@@ -589,9 +593,15 @@ struct Service::Impl {
       doc["currency"] = currency;
       nlohmann::json programs = nlohmann::json::array();
       for (const auto& p : capture_status.programs)
-        programs.push_back(
-            {{"name", p.name}, {"run_count", p.run_count}, {"verified_insns", p.verified_insns}});
+        programs.push_back({{"name", p.name},
+                            {"run_count", p.run_count},
+                            {"run_time_ns", p.run_time_ns},
+                            {"verified_insns", p.verified_insns}});
       doc["programs"] = programs;
+      doc["program_stats"] = {{"requested", config.program_stats},
+                              {"kernel_timing", capture_status.program_stats.kernel_timing},
+                              {"held", capture_status.program_stats.held},
+                              {"error", capture_status.program_stats.error}};
       doc["programs_load_seconds"] = capture_status.load_seconds;
       doc["probes_attached"] = m.probes_attached;
       doc["ring_bytes_per_cpu"] = capture_status.ring_bytes_per_cpu;

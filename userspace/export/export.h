@@ -42,6 +42,15 @@ struct SelfMetrics {
   // Capture events were lost (ring buffer drops), so some reads may be missing from the figures.
   bool attribution_incomplete = false;
   std::string version;
+  // The BPF programs' runs as the kernel times them (capture::ProgramStatus), listed only while
+  // it does (programs_timed: capture.program_stats, or kernel.bpf_stats_enabled set by hand).
+  bool programs_timed = false;
+  struct ProgramRuns {
+    std::string program;
+    std::uint64_t runs = 0;
+    double run_seconds = 0;
+  };
+  std::vector<ProgramRuns> programs;
 };
 
 struct MetricsOptions {

@@ -3,8 +3,11 @@
 // send, measured as the thread CPU time of a send that fails at once (a full non-blocking socket:
 // the tracepoint still fires), in rounds with the program detached and attached in turn. The
 // difference is the tracepoint's dispatch plus one helper call: a sendfile of 1 MiB pays it 17
-// times (one per 64 KiB spliced) whatever the program does. Also reports whether this kernel
-// loads an fentry program (the hook that could run once per sendfile instead). Root.
+// times (one per 64 KiB spliced) whatever the program does. A third round per pair runs the
+// attached program with the kernel timing its runs (a BPF_ENABLE_STATS fd held, as fetchcostd's
+// capture.program_stats does): the difference is what that timing adds to each run. Also
+// reports whether this kernel loads an fentry program (the hook that could run once per
+// sendfile instead). Root.
 //
 //   bench_dispatch_cost [PAIRS [CALLS]]   (defaults 10 pairs of 1,000,000 calls)
 #include <bpf/bpf.h>
@@ -55,6 +58,16 @@ std::string fentry_refusal() {
   return rc == 0 ? "" : std::strerror(-rc);
 }
 
+bool kernel_times_programs() {
+  FILE* f = std::fopen("/proc/sys/kernel/bpf_stats_enabled", "r");
+  int on = 0;
+  if (f) {
+    if (std::fscanf(f, "%d", &on) != 1) on = 0;
+    std::fclose(f);
+  }
+  return on != 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,27 +101,40 @@ int main(int argc, char** argv) {
   }
   (void)ns_per_failed_send(sv[0], calls / 10);  // warm up
 
-  std::vector<double> off, on, diff;
+  if (kernel_times_programs())
+    std::fprintf(stderr,
+                 "bench_dispatch_cost: warning: kernel.bpf_stats_enabled is 1 already, so every "
+                 "attached round is timed and the timing's cost reads about 0\n");
+  std::vector<double> off, on, timed, diff, timing;
   __u64 runs_before = skel->bss->runs;
   long attached_calls = 0;
+  enum Mode { kDetached, kAttached, kTimed };
   for (int p = 0; p < pairs; ++p) {
-    for (int half = 0; half < 2; ++half) {
-      const bool attach = (half == 0) == (p % 2 == 1);  // the order swaps every pair
-      bpf_link* link = attach ? bpf_program__attach(skel->progs.send_count) : nullptr;
-      if (attach && !link) {
+    for (int round = 0; round < 3; ++round) {
+      const Mode mode = static_cast<Mode>((round + p) % 3);  // the order rotates every pair
+      bpf_link* link = mode != kDetached ? bpf_program__attach(skel->progs.send_count) : nullptr;
+      if (mode != kDetached && !link) {
         std::fprintf(stderr, "bench_dispatch_cost: cannot attach to sock_send_length\n");
         return 1;
       }
+      const int stats_fd = mode == kTimed ? bpf_enable_stats(BPF_STATS_RUN_TIME) : -1;
+      if (mode == kTimed && stats_fd < 0) {
+        std::fprintf(stderr, "bench_dispatch_cost: BPF_ENABLE_STATS refused: %s\n",
+                     std::strerror(errno));
+        return 1;
+      }
       const double ns = ns_per_failed_send(sv[0], calls);
+      if (stats_fd >= 0) close(stats_fd);
       if (link) {
         bpf_link__destroy(link);
         attached_calls += calls;
       }
-      (attach ? on : off).push_back(ns);
+      (mode == kDetached ? off : mode == kAttached ? on : timed).push_back(ns);
     }
     diff.push_back(on.back() - off.back());
-    std::printf("pair %d: detached %.1f ns/send, attached %.1f ns/send\n", p, off.back(),
-                on.back());
+    timing.push_back(timed.back() - on.back());
+    std::printf("pair %d: detached %.1f ns/send, attached %.1f, attached and timed %.1f\n", p,
+                off.back(), on.back(), timed.back());
   }
   const __u64 runs = skel->bss->runs - runs_before;
   std::printf("\nsend() on a full non-blocking socket, %d pairs of %ld calls:\n", pairs, calls);
@@ -119,6 +145,11 @@ int main(int argc, char** argv) {
       median(diff), *std::min_element(diff.begin(), diff.end()),
       *std::max_element(diff.begin(), diff.end()),
       static_cast<double>(runs) / static_cast<double>(attached_calls));
+  std::printf(
+      "  what the kernel's timing of each run adds (BPF_ENABLE_STATS, capture.program_stats): "
+      "median %.1f ns per run (pairs %.1f..%.1f)\n",
+      median(timing), *std::min_element(timing.begin(), timing.end()),
+      *std::max_element(timing.begin(), timing.end()));
   std::printf("fentry/sock_sendmsg: %s\n",
               refusal.empty() ? "loads (a per-sendfile hook is possible here)"
                               : ("refused by this kernel (" + refusal + ")").c_str());

@@ -8,7 +8,9 @@ ledger (which tools/scenario reconciles with s3rver's request log).
   opaque (gnutls, not hooked):      >= 95% of GET bytes on the right client, the rest under
                                     __unattributed__, no bytes on a client without remote reads.
 With --prometheus, a real Prometheus server scrapes fetchcostd and evaluates docs/promql.md's
-queries; their values must agree with the ledger.
+queries; their values must agree with the ledger. fetchcostd then also times its programs
+(capture.program_stats): the run time and runs it exports must agree with what bpftool reads
+from the kernel for the programs it holds.
 """
 import argparse
 import json
@@ -52,6 +54,29 @@ def promql(base, query):
     if doc["status"] != "success":
         fail(f"PromQL {query!r}: {doc}")
     return {r["metric"].get("client_id", ""): float(r["value"][1]) for r in doc["data"]["result"]}
+
+
+def promql_total(base, query):
+    """The value of a query that sums to one series (0 if it has none)."""
+    url = base + "/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    doc = get_json(url)
+    if doc["status"] != "success":
+        fail(f"PromQL {query!r}: {doc}")
+    return sum(float(r["value"][1]) for r in doc["data"]["result"])
+
+
+def kernel_program_totals(pid):
+    """(run_time_ns, run_cnt) summed over the BPF programs process `pid` holds, by bpftool."""
+    ids = set()
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                ids |= {int(line.split()[1]) for line in f if line.startswith("prog_id:")}
+        except OSError:
+            pass
+    out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True).stdout
+    progs = [p for p in json.loads(out or "[]") if p["id"] in ids]
+    return sum(p.get("run_time_ns", 0) for p in progs), sum(p.get("run_cnt", 0) for p in progs)
 
 
 def main():
@@ -105,6 +130,8 @@ def main():
             config["log_dirs_rescan_seconds"] = 1
         if args.transport == "gnutls":  # GnuTLS stands in for a JVM's TLS: not hooked, opaque
             config["capture"] = {"tls_libraries": ["openssl"]}
+        if args.prometheus:  # the programs' own cost, for docs/promql.md's queries of it
+            config.setdefault("capture", {})["program_stats"] = True
         with open(os.path.join(workdir, "fetchcost.json"), "w") as f:
             json.dump(config, f)
         variant = ["--capture-variant", args.capture_variant] if args.capture_variant else []
@@ -239,6 +266,26 @@ def main():
                 fail(f"the scanner's window increase / hourly cost is not positive: {window} {hourly}")
             print("prometheus: bytes by client, increase over a window, bytes per GET and hourly "
                   "cost agree with the ledger")
+
+            # The programs' own cost (capture.program_stats), against the kernel's counters as
+            # bpftool reads them for the programs fetchcostd holds. The tenants have stopped, so
+            # the counters barely move in the second between fetchcostd's reads and bpftool's.
+            cores = promql_total(prom_base, "sum(rate(fetchcost_bpf_program_run_seconds_total[5m]))")
+            per_run = promql_total(
+                prom_base, "sum(rate(fetchcost_bpf_program_run_seconds_total[5m])) "
+                           "/ sum(rate(fetchcost_bpf_program_runs_total[5m]))")
+            exported_s = promql_total(prom_base, "sum(fetchcost_bpf_program_run_seconds_total)")
+            exported_runs = promql_total(prom_base, "sum(fetchcost_bpf_program_runs_total)")
+            kernel_ns, kernel_runs = kernel_program_totals(fc.pid)
+            print(f"program stats: {cores * 1e3:.2f} ms/s of CPU in the programs, "
+                  f"{per_run * 1e9:.0f} ns per run; exported {exported_s:.4f} s in "
+                  f"{exported_runs:.0f} runs, bpftool {kernel_ns / 1e9:.4f} s in {kernel_runs} runs")
+            if not (cores > 0 and 10e-9 <= per_run <= 20e-6):
+                fail(f"the programs' cost: {cores} cores, {per_run} s per run")
+            if not (0.8 * kernel_runs <= exported_runs <= kernel_runs and kernel_runs > 0):
+                fail(f"runs exported {exported_runs}, the kernel counted {kernel_runs}")
+            if not (0.8 * kernel_ns / 1e9 <= exported_s <= kernel_ns / 1e9):
+                fail(f"run time exported {exported_s} s, the kernel counted {kernel_ns / 1e9} s")
 
         metrics = urllib.request.urlopen(base + "/metrics").read().decode()
         for name in ("kafka_server_remote_fetch_bytes_total", "kafka_server_remote_fetch_requests_total",

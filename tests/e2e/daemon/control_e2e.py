@@ -6,7 +6,12 @@
   - attribution off (API) detaches every probe (bpftool shows none), on attaches them again;
   - SIGHUP with an invalid config keeps the running one and counts the error; a valid one
     applies (attribution on/off);
-  - the chargeback ledger is saved on SIGTERM and loaded again on restart.
+  - the chargeback ledger is saved on SIGTERM and loaded again on restart;
+  - capture.program_stats (--program-stats): the kernel times the programs while fetchcostd runs
+    (bpftool's run_time_ns of its programs grows), still after attribution off and on (when
+    capabilities are dropped), and the runs fetchcostd exports grow by the socket calls this test
+    makes; the host's kernel.bpf_stats_enabled is left as it was; without it the series are not
+    listed.
 """
 import json
 import os
@@ -16,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 FETCHCOSTD = sys.argv[1]
@@ -97,6 +103,46 @@ def metric(base, name):
     return None
 
 
+def metric_or_none(base, name):
+    """metric(), or None while the API is not listening yet."""
+    try:
+        return metric(base, name)
+    except (urllib.error.URLError, ConnectionError):
+        return None
+
+
+def series(base, name):
+    """{labels: value} of every sample of a metric family."""
+    out = {}
+    for line in http(base + "/metrics").splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line.rsplit(" ", 1)
+            out[labels[len(name):]] = float(value)
+    return out
+
+
+def kernel_run_time_ns(ids):
+    """The kernel's own timing of programs `ids` (bpftool; run_time_ns is 0 while untimed)."""
+    out = subprocess.run(["bpftool", "prog", "list", "-j"], capture_output=True, text=True).stdout
+    return sum(p.get("run_time_ns", 0) for p in json.loads(out or "[]") if p["id"] in ids)
+
+
+def kernel_timing():
+    with open("/proc/sys/kernel/bpf_stats_enabled") as f:
+        return int(f.read().strip())
+
+
+def socket_calls(n):
+    """n sends and n receives of one byte on a Unix socket pair: 2n runs of the socket programs
+    (the sock tracepoints fire for every socket; on the syscall variant, every call's exit)."""
+    a, b = socket.socketpair()
+    for _ in range(n):
+        a.send(b"x")
+        b.recv(1)
+    a.close()
+    b.close()
+
+
 def wait_until(pred, timeout=10):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -145,6 +191,8 @@ def main():
     check(r.returncode == 2 and "sensors.max_sensors" in r.stderr, "bad config refused, field named")
 
     write_config()
+    timing_before = kernel_timing()
+    series_untimed = {}
     log = open(os.path.join(work, "fetchcostd.log"), "w")
     proc = subprocess.Popen([FETCHCOSTD, "--config", conf], stderr=log)
     held = set()
@@ -157,6 +205,10 @@ def main():
               f"--version and the status API agree ({status.get('version')!r})")
         check(isinstance(status.get("ring_reader", {}).get("wakeups"), int),
               "status: ring_reader.wakeups counted")
+        check(metric(base, "fetchcost_bpf_program_stats_enabled") == timing_before,
+              f"without capture.program_stats the programs are timed only if the host says so "
+              f"(kernel.bpf_stats_enabled {timing_before})")
+        series_untimed = series(base, "fetchcost_bpf_program_runs_total")
 
         http(base + "/api/v1/attribution", '{"enabled": false}')
         check(wait_until(lambda: programs_of(proc.pid) == 0), "attribution off: every probe detached")
@@ -192,6 +244,59 @@ def main():
     check(wait_until(lambda: not (held & loaded_prog_ids())), "no probe left behind after exit")
     ledger = os.path.join(work, "state", "ledger.json")
     check(os.path.exists(ledger) and json.load(open(ledger)).get("version") == 1, "ledger saved on exit")
+    check(timing_before == 1 or not series_untimed,
+          f"without capture.program_stats no run-time series are listed ({series_untimed})")
+
+    # capture.program_stats: the kernel times every run while fetchcostd runs.
+    write_config()
+    log = open(os.path.join(work, "fetchcostd-stats.log"), "w")
+    proc = subprocess.Popen([FETCHCOSTD, "--config", conf, "--program-stats"], stderr=log)
+    try:
+        check(wait_until(lambda: programs_of(proc.pid) >= 2), "program stats: probes attached")
+        check(wait_until(lambda: metric_or_none(base, "fetchcost_bpf_program_stats_enabled") == 1),
+              "program stats: fetchcost_bpf_program_stats_enabled is 1")
+        check(kernel_timing() == timing_before,
+              f"program stats: the host's kernel.bpf_stats_enabled left as it was ({timing_before})")
+        status = json.loads(http(base + "/api/v1/status"))
+        ps = status.get("program_stats", {})
+        check(ps.get("requested") and ps.get("held") and not ps.get("error"),
+              f"program stats: held, no error ({ps})")
+
+        def runs_after_calls(what):
+            time.sleep(1.5)  # the status behind /metrics is refreshed every second
+            ids = prog_ids_of(proc.pid)
+            kernel_ns_before = kernel_run_time_ns(ids)
+            before = series(base, "fetchcost_bpf_program_runs_total")
+            seconds_before = sum(series(base, "fetchcost_bpf_program_run_seconds_total").values())
+            calls = 20000
+            socket_calls(calls)
+            time.sleep(1.5)
+            after = series(base, "fetchcost_bpf_program_runs_total")
+            seconds = sum(series(base, "fetchcost_bpf_program_run_seconds_total").values()) - seconds_before
+            runs = sum(after.values()) - sum(before.values())
+            kernel_ns = kernel_run_time_ns(ids) - kernel_ns_before
+            check(kernel_ns > 0, f"{what}: bpftool shows the kernel timed the runs ({kernel_ns} ns)")
+            # Every process's calls run the programs: a quiet host adds a few hundred at most.
+            check(2 * calls <= runs <= 3 * calls,
+                  f"{what}: the programs ran {runs:.0f} times for this test's {2 * calls} socket calls")
+            per_run = seconds / runs * 1e9 if runs else 0
+            check(10 <= per_run <= 20000, f"{what}: {per_run:.0f} ns per run")
+
+        runs_after_calls("program stats")
+        http(base + "/api/v1/attribution", '{"enabled": false}')
+        check(wait_until(lambda: programs_of(proc.pid) == 0), "program stats: attribution off")
+        http(base + "/api/v1/attribution", '{"enabled": true}')
+        check(wait_until(lambda: programs_of(proc.pid) >= 2), "program stats: attribution on again")
+        # The capabilities are gone by now: the timing taken at start is still held.
+        check(wait_until(lambda: metric(base, "fetchcost_bpf_program_stats_enabled") == 1),
+              "program stats: still timed after attribution off and on")
+        runs_after_calls("program stats after attribution off and on")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    check(proc.returncode == 0, "program stats: clean exit")
+    check(kernel_timing() == timing_before,
+          f"program stats: kernel.bpf_stats_enabled back to {timing_before} after exit")
 
     if failures:
         print(f"{len(failures)} checks failed; log: {work}/fetchcostd.log")

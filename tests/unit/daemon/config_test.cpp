@@ -15,6 +15,7 @@ TEST_CASE("an empty config gives the documented defaults") {
   CHECK(c->realtime_reader);
   CHECK(c->pass_interval_ms == 100);
   CHECK(c->drain_yields);
+  CHECK_FALSE(c->program_stats);
   CHECK(c->log_dirs_inotify);
   CHECK(c->log_dirs_rescan_seconds == 30);
 }
@@ -23,7 +24,7 @@ TEST_CASE("fields are read, and every error names its field") {
   auto c = parse_config(R"({"kafka_ports":[9092,9093],"object_store":{"ports":[9000]},
       "sensors":{"max_sensors":5,"partition_label":true},"audit_log":{"path":"/tmp/a"},
       "capture":{"drain_nice":-5,"realtime_reader":false,"pass_interval_ms":25,
-                  "drain_yields":false},
+                  "drain_yields":false,"program_stats":true},
       "log_dirs_inotify":false,"log_dirs_rescan_seconds":5})");
   REQUIRE(c.ok());
   CHECK(c->kafka_ports == std::vector<std::uint16_t>{9092, 9093});
@@ -35,6 +36,7 @@ TEST_CASE("fields are read, and every error names its field") {
   CHECK_FALSE(c->realtime_reader);
   CHECK(c->pass_interval_ms == 25);
   CHECK_FALSE(c->drain_yields);
+  CHECK(c->program_stats);
   CHECK_FALSE(c->log_dirs_inotify);
   CHECK(c->log_dirs_rescan_seconds == 5);
 
@@ -55,6 +57,7 @@ TEST_CASE("fields are read, and every error names its field") {
       {R"({"capture":{"pass_interval_ms":0}})", "capture.pass_interval_ms"},
       {R"({"capture":{"pass_interval_ms":500}})", "capture.pass_interval_ms"},
       {R"({"capture":{"drain_yields":1}})", "capture.drain_yields"},
+      {R"({"capture":{"program_stats":"on"}})", "capture.program_stats"},
       {R"({"log_dirs_inotify":"no"})", "log_dirs_inotify"},
       {R"({"log_dirs_rescan_seconds":0})", "log_dirs_rescan_seconds"},
       {R"({"listen":"9464"})", "\"listen\""},

@@ -57,6 +57,8 @@ TEST_CASE("the metrics page is valid Prometheus text with the KIP's names and es
   exporter::SelfMetrics self;
   self.ring_drops_per_cpu = {0, 3};
   self.version = "test";
+  self.programs_timed = true;
+  self.programs = {{"sock_send_length", 12345, 0.0025}, {"sock_recv_length", 7, 1.5e-6}};
   const std::string text = exporter::render_prometheus(table, self, {.currency = "USD"});
 
   CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"scanner\",topic=\"orders\","
@@ -66,6 +68,11 @@ TEST_CASE("the metrics page is valid Prometheus text with the KIP's names and es
   CHECK(text.find("fetchcost_client_group_info{client_id=\"scanner\",group_id=\"analytics\"} 1") !=
         std::string::npos);
   CHECK(text.find("fetchcost_ring_drops_total{cpu=\"1\"} 3") != std::string::npos);
+  CHECK(text.find("fetchcost_bpf_program_stats_enabled 1\n") != std::string::npos);
+  CHECK(text.find("fetchcost_bpf_program_runs_total{program=\"sock_send_length\"} 12345\n") !=
+        std::string::npos);
+  CHECK(text.find("fetchcost_bpf_program_run_seconds_total{program=\"sock_recv_length\"} "
+                  "1.5e-06\n") != std::string::npos);
   CHECK(text.find("fetchcost_read_amplification{client_id=\"scanner\",topic=\"orders\",method="
                   "\"exact\"} 4") != std::string::npos);
   CHECK(text.find("component=\"api\",currency=\"USD\"") != std::string::npos);
@@ -80,6 +87,24 @@ TEST_CASE("the metrics page is valid Prometheus text with the KIP's names and es
       std::system(("promtool check metrics < " + file + " > " + dir + "/out.txt 2>&1").c_str());
   INFO(read_all(dir + "/out.txt"));
   CHECK(rc == 0);
+}
+
+TEST_CASE("the programs' run-time series are listed only while the kernel times the runs") {
+  sensors::SensorTable table;
+  exporter::SelfMetrics self;
+  self.version = "test";
+  const std::string untimed = exporter::render_prometheus(table, self, {});
+  CHECK(untimed.find("fetchcost_bpf_program_stats_enabled 0\n") != std::string::npos);
+  CHECK(untimed.find("fetchcost_bpf_program_runs_total{") == std::string::npos);
+  CHECK(untimed.find("fetchcost_bpf_program_run_seconds_total{") == std::string::npos);
+  self.programs_timed = true;
+  self.programs = {{"sc_ret", 3, 0.000001}};
+  const std::string timed = exporter::render_prometheus(table, self, {});
+  CHECK(timed.find("fetchcost_bpf_program_stats_enabled 1\n") != std::string::npos);
+  CHECK(timed.find("fetchcost_bpf_program_runs_total{program=\"sc_ret\"} 3\n") !=
+        std::string::npos);
+  CHECK(timed.find("fetchcost_bpf_program_run_seconds_total{program=\"sc_ret\"} 1e-06\n") !=
+        std::string::npos);
 }
 
 TEST_CASE("the ledger survives a restart and answers time-window queries") {
