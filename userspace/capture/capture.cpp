@@ -116,7 +116,7 @@ void hold_program_stats() {
     hold.error = "cannot have the kernel time the BPF programs' runs (BPF_ENABLE_STATS: " +
                  errno_text(errno) +
                  "; needs Linux >= 5.8 and CAP_SYS_ADMIN when fetchcostd starts): the "
-                 "fetchcost_bpf_program_* metrics stay flat; set capture.program_stats to false, "
+                 "fetchcost_bpf_program_run* series are not listed; set capture.program_stats to false, "
                  "or turn timing on for the whole host with `sysctl kernel.bpf_stats_enabled=1`";
     return;
   }

@@ -93,7 +93,7 @@ struct Options {
   // run_cnt, in ProgramStatus): a BPF_ENABLE_STATS fd, taken by the first open() that asks and
   // held until fetchcostd exits (it needs CAP_SYS_ADMIN, which is dropped after the first open;
   // a capture opened again later finds it held). Timing costs each run two clock reads
-  // (docs/performance.md, "What the programs cost, in production").
+  // (docs/performance.md, "Session 29" in "Capture (BPF)").
   bool program_stats = false;
   // Tests: act as a kernel whose verifier refuses the syscall exit programs (the loader then
   // falls back to the entry-exit pairs), a path no kernel that runs the tests takes.
