@@ -113,11 +113,12 @@ void hold_program_stats() {
   if (hold.fd >= 0) return;
   const int fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
   if (fd < 0) {
-    hold.error = "cannot have the kernel time the BPF programs' runs (BPF_ENABLE_STATS: " +
-                 errno_text(errno) +
-                 "; needs Linux >= 5.8 and CAP_SYS_ADMIN when fetchcostd starts): the "
-                 "fetchcost_bpf_program_run* series are not listed; set capture.program_stats to false, "
-                 "or turn timing on for the whole host with `sysctl kernel.bpf_stats_enabled=1`";
+    hold.error =
+        "cannot have the kernel time the BPF programs' runs (BPF_ENABLE_STATS: " +
+        errno_text(errno) +
+        "; needs Linux >= 5.8 and CAP_SYS_ADMIN when fetchcostd starts): the "
+        "fetchcost_bpf_program_run* series are not listed; set capture.program_stats to false, "
+        "or turn timing on for the whole host with `sysctl kernel.bpf_stats_enabled=1`";
     return;
   }
   hold.fd = fd;
