@@ -37,20 +37,17 @@ int run_status(const StatusOptions& o) {
               str(s, "ring_bytes_per_cpu").c_str(),
               s.value("attribution_enabled", true) ? "on" : "OFF (POST /api/v1/attribution)");
   std::printf("probes      %s attached:", str(s, "probes_attached").c_str());
-  std::uint64_t most_insns = 0;
+  std::uint64_t most_insns = 0, runs = 0, run_ns = 0;
   if (s.contains("programs"))
     for (const auto& p : s["programs"]) {
       std::printf(" %s", p.value("name", "?").c_str());
       most_insns = std::max(most_insns, p.value("verified_insns", std::uint64_t{0}));
+      runs += p.value("run_count", std::uint64_t{0});
+      run_ns += p.value("run_time_ns", std::uint64_t{0});
     }
   std::printf("\n");
   if (s.contains("program_stats")) {  // capture.program_stats: the kernel times the runs
     const auto& ps = s["program_stats"];
-    std::uint64_t runs = 0, run_ns = 0;
-    for (const auto& p : s.value("programs", nlohmann::json::array())) {
-      runs += p.value("run_count", std::uint64_t{0});
-      run_ns += p.value("run_time_ns", std::uint64_t{0});
-    }
     if (const std::string error = ps.value("error", ""); !error.empty())
       std::printf("run time    not timed: %s\n", error.c_str());
     else if (ps.value("kernel_timing", false) && runs > 0)
@@ -59,6 +56,8 @@ int run_status(const StatusOptions& o) {
                   static_cast<double>(run_ns) / static_cast<double>(runs));
     else if (!ps.value("kernel_timing", false))
       std::printf("run time    not timed (capture.program_stats)\n");
+    else
+      std::printf("run time    timed, no runs yet\n");
   }
   if (s.contains("programs_load_seconds"))
     std::printf("verifier    programs loaded in %.2f s, at most %llu instructions walked\n",

@@ -261,25 +261,23 @@ void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
          "1 while the kernel times the BPF programs' runs (capture.program_stats, or "
          "kernel.bpf_stats_enabled): the fetchcost_bpf_program_run* series are listed only then",
          Type::kGauge, std::uint64_t{self.programs_timed ? 1u : 0u});
-  header(w, "fetchcost_bpf_program_runs_total",
-         "Runs of each BPF program, for every process's calls (the kernel's count)",
-         Type::kCounter);
-  for (const auto& p : self.programs)
-    w.text("fetchcost_bpf_program_runs_total{program=\"")
-        .label_value(p.program)
-        .text("\"} ")
-        .number(p.runs)
-        .text("\n");
-  header(w, "fetchcost_bpf_program_run_seconds_total",
-         "CPU time in each BPF program, taken from the threads whose calls ran it (mostly the "
-         "broker's)",
-         Type::kCounter);
-  for (const auto& p : self.programs)
-    w.text("fetchcost_bpf_program_run_seconds_total{program=\"")
-        .label_value(p.program)
-        .text("\"} ")
-        .number(p.run_seconds)
-        .text("\n");
+  auto per_program = [&](std::string_view name, std::string_view help, auto field) {
+    header(w, name, help, Type::kCounter);
+    for (const auto& p : self.programs)
+      w.text(name)
+          .text("{program=\"")
+          .label_value(p.program)
+          .text("\"} ")
+          .number(field(p))
+          .text("\n");
+  };
+  per_program("fetchcost_bpf_program_runs_total",
+              "Runs of each BPF program, for every process's calls (the kernel's count)",
+              [](const SelfMetrics::ProgramRuns& p) { return p.runs; });
+  per_program("fetchcost_bpf_program_run_seconds_total",
+              "CPU time in each BPF program, taken from the threads whose calls ran it (mostly "
+              "the broker's)",
+              [](const SelfMetrics::ProgramRuns& p) { return p.run_seconds; });
   header(w, "fetchcost_build_info", "fetchcostd version", Type::kGauge);
   w.text("fetchcost_build_info{version=\"").label_value(self.version).text("\"} 1\n");
   w.flush();

@@ -76,9 +76,14 @@ def ring_reader_policies(pid):
     return out
 
 
-def loaded_prog_ids():
+def bpftool_programs():
+    """Every BPF program loaded on the host, as bpftool lists them."""
     out = subprocess.run(["bpftool", "prog", "list", "-j"], capture_output=True, text=True).stdout
-    return {p["id"] for p in json.loads(out or "[]")}
+    return json.loads(out or "[]")
+
+
+def loaded_prog_ids():
+    return {p["id"] for p in bpftool_programs()}
 
 
 def free_port():
@@ -123,8 +128,7 @@ def series(base, name):
 
 def kernel_run_time_ns(ids):
     """The kernel's own timing of programs `ids` (bpftool; run_time_ns is 0 while untimed)."""
-    out = subprocess.run(["bpftool", "prog", "list", "-j"], capture_output=True, text=True).stdout
-    return sum(p.get("run_time_ns", 0) for p in json.loads(out or "[]") if p["id"] in ids)
+    return sum(p.get("run_time_ns", 0) for p in bpftool_programs() if p["id"] in ids)
 
 
 def kernel_timing():
