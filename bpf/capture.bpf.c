@@ -52,6 +52,8 @@ const volatile __u8 cfg_conns_by_address = 0;
  * FC_FLAG_TLS_CIPHERTEXT). Nothing downstream reads them (the plaintext comes as TLS_DATA), and
  * an OpenSSL read of one TLS record makes two of them (its header, its body): off by default. */
 const volatile __u8 cfg_record_ciphertext = 0;
+/* 1: leave out quiet fetches (see fetchcost_abi.h, "Quiet fetches", and hold_request below). */
+const volatile __u8 cfg_skip_quiet_fetches = 0;
 
 /* Written by userspace at run time (skeleton .bss). */
 __u64 policy_epoch = 0; /* bumped whenever a policy map changes: connections re-resolve */
@@ -63,6 +65,9 @@ __u32 tls_hooks = 0;    /* number of attached TLS uprobes; 0 skips the TLS bookk
  * entries; a thread reads it after its own uprobe counted its call. */
 __s64 tls_calls_open = 0;
 __u64 next_conn_id = 0; /* synthetic connection ids (fallback variant) */
+/* Sends of the targets on connections that are not Kafka clients' (object-store GETs among
+ * them): a held request whose response starts with this unchanged had no GET in its window. */
+__u64 store_sends = 0;
 
 struct ringbuf_map {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -132,7 +137,16 @@ struct conn_state {
   __u8 gather_src;
   __u8 pad;
   __u32 gather_slot;
-  __u64 resp_end; /* RESP_IN: send-stream position where the current response ends */
+  __u64 resp_end; /* RESP_IN, RESP_SKIP: send-stream position where the current response ends */
+  /* Quiet fetches: a request held in request slot `req_slot` (enum held_request), the value of
+   * store_sends when it arrived whole, where the response being left out began (RESP_SKIP), and
+   * the bytes of whole messages left out per direction that no record has reported yet. */
+  __u8 req_held;
+  __u8 pad2[3];
+  __u32 req_slot;
+  __u64 req_mark;
+  __u64 skip_from;
+  __u64 skipped[2];
 };
 /* The value starts 8 bytes into its line: what fold_continuation touches, before conn_id, fits. */
 _Static_assert(__builtin_offsetof(struct conn_state, conn_id) <= 56,
@@ -186,6 +200,39 @@ struct {
   __type(key, __u32);
   __type(value, struct gather_slot);
 } gather_slots SEC(".maps");
+
+/* Quiet fetches (sock variant): a connection's sessionless Fetch request waits here, as the
+ * record it would have been (its whole header, one segment), from its arrival to its response's
+ * first send, which decides whether it leaves or is left out. Indexed as gather_slots (by the
+ * connection's id, two probes) and as many; a request that finds both busy gets its record at
+ * once. A request larger than FC_HELD_BYTES is never held. */
+#define FC_HELD_BYTES 512
+#define FC_REQUEST_SLOTS 1024
+#define FC_HELD_WORDS (FC_REQUEST_SLOTS / 64)
+/* request_slot.state: who may touch a claimed slot. The owner (its connection) fills it while
+ * OWNED; once HELD, a store send may TAKE it to report the request (then EMITTED); the owner
+ * ends its hold by setting LEFT, and whichever of the two comes last frees the slot. */
+enum slot_state {
+  SLOT_OWNED = 0,   /* being filled, or its size prefix only: the owner's alone */
+  SLOT_HELD = 1,    /* a whole request, listed in held_bits */
+  SLOT_TAKEN = 2,   /* a store send is reporting it */
+  SLOT_EMITTED = 3, /* reported by a store send */
+  SLOT_LEFT = 4,    /* the owner is done with it */
+};
+struct request_slot {
+  __u64 owner; /* conn_id of the connection whose request is held here; 0: free */
+  __u64 state; /* enum slot_state (64 bits: the atomics BPF has without -mcpu=v3) */
+  struct fc_data_event hdr;
+  __u8 data[2 * FC_HELD_BYTES]; /* twice: a masked offset plus a clamped length always fit */
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, FC_REQUEST_SLOTS);
+  __type(key, __u32);
+  __type(value, struct request_slot);
+} request_slots SEC(".maps");
+/* One bit per HELD request slot: what a store send reports before its own record. */
+__u64 held_bits[FC_HELD_WORDS] = {};
 
 /* (tgid, fd) -> the last connection seen on it, for generations. */
 struct fd_key {
@@ -554,12 +601,16 @@ static __always_inline void flush_fold(struct conn_state* st, __u64 pid_tgid,
                                        struct task_struct* task);
 static __always_inline void flush_gather(struct conn_state* st, struct sock* sk, __u64 end,
                                          __u64 pid_tgid, struct task_struct* task);
+static __always_inline int end_hold(struct conn_state* st, int report);
+static __always_inline void abandon_skip(struct conn_state* st);
 
 /* `sk`: the socket as a trusted pointer (sock variant), else 0. */
 static __always_inline void emit_close(struct conn_state* st, struct sock* sk, __u64 pid_tgid) {
   count_uncounted_folds(st);
   /* From another context (softirq, a timer): the owner, no thread. */
   __u64 owner = (pid_tgid >> 32) == st->tgid ? pid_tgid : (__u64)st->tgid << 32;
+  if (st->req_held) end_hold(st, 1);
+  abandon_skip(st);
   if (st->fold_len) flush_fold(st, owner, 0);
   flush_gather(st, sk, st->pos[FC_DIR_SEND], owner, 0);
   struct fc_conn_event ev = {};
@@ -677,7 +728,7 @@ static __always_inline void copy_iovecs(struct event_buf* ev, __u64 iov_ptr, __u
 
 /* The header of a socket data event, written where the record is built (scratch space or,
  * for one-range and length-only calls, the reserved ring record itself). */
-static __always_inline void fill_data_hdr(struct fc_data_event* h, const struct conn_state* st,
+static __always_inline void fill_data_hdr(struct fc_data_event* h, struct conn_state* st,
                                           __u64 pid_tgid, struct task_struct* task, __u8 src,
                                           __u64 pos, __u32 ret, __u8 direction, __u32 hole) {
   if (st->policy.role == FC_ROLE_KAFKA_CLIENT) {
@@ -695,7 +746,10 @@ static __always_inline void fill_data_hdr(struct fc_data_event* h, const struct 
   h->c.fd = st->fd;
   h->c.role = st->policy.role;
   h->c.flags = st->tls ? FC_FLAG_TLS_CIPHERTEXT : 0;
-  h->c.reserved = 0;
+  /* The whole messages left out before this record are reported by it (hold_request gives
+   * them back: a held request is not a record yet). */
+  h->c.skipped_before = (__u32)st->skipped[direction & 1];
+  st->skipped[direction & 1] = 0;
   h->stream_pos = pos;
   h->tls_obj = 0;
   h->length = ret;
@@ -715,7 +769,7 @@ static __always_inline void fill_data_hdr(struct fc_data_event* h, const struct 
 struct fc_data_event_short {
   __u8 bytes[FC_DATA_EVENT_SHORT];
 };
-static __always_inline void emit_length_only(const struct conn_state* st, __u64 pid_tgid,
+static __always_inline void emit_length_only(struct conn_state* st, __u64 pid_tgid,
                                              struct task_struct* task, __u8 src, __u64 pos,
                                              __u32 ret, __u8 direction, __u32 hole) {
   __u32 cpu = bpf_get_smp_processor_id();
@@ -776,7 +830,7 @@ static __always_inline void emit_length_only(const struct conn_state* st, __u64 
     count(FC_COUNTER_EVENTS);                                                       \
   } while (0)
 
-static __always_inline void emit_direct(const struct conn_state* st, __u64 pid_tgid,
+static __always_inline void emit_direct(struct conn_state* st, __u64 pid_tgid,
                                         struct task_struct* task, __u8 src, __u64 pos, __u32 ret,
                                         __u8 direction, __u32 hole, __u32 want, __u64 buf,
                                         __u32* head) {
@@ -814,6 +868,7 @@ enum resp_state {
   RESP_UNKNOWN = 0, /* not in step with the responses: nothing is folded */
   RESP_NEXT = 1,    /* the next send starts a response */
   RESP_IN = 2,      /* inside a response that ends at resp_end */
+  RESP_SKIP = 3,    /* inside a quiet fetch's response, left out, that ends at resp_end */
 };
 #define FC_MAX_RESPONSE (256U << 20) /* a larger size prefix is taken for a wrong guess */
 
@@ -822,7 +877,7 @@ enum resp_state {
 static __always_inline void flush_fold(struct conn_state* st, __u64 pid_tgid,
                                        struct task_struct* task) {
   __u32 n = st->fold_len;
-  if (!n) return;
+  if (!n || st->resp_state == RESP_SKIP) return; /* a skipped response's splices stay out */
   st->fold_len = 0;
   emit_length_only(st, pid_tgid, task, FC_SRC_SENDFILE, st->pos[FC_DIR_SEND], 0, FC_DIR_SEND, n);
 }
@@ -837,24 +892,36 @@ static __always_inline struct gather_slot* held_slot(struct conn_state* st) {
   return 0;
 }
 
-/* Claims a slot for a gather about to open: one of the connection's two (by its id, which a
- * socket cookie makes sequential), free or already its own; 0 if both are busy. */
-static __always_inline struct gather_slot* claim_slot(struct conn_state* st) {
-  __u32 i = (__u32)st->conn_id & cfg_gather_slot_mask;
+/* One of a connection's two slots in `map` (an array of `mask` + 1 slots that each start with
+ * their owner's conn_id), chosen by its id, which a socket cookie makes sequential: free, or
+ * already its own. Returns its owner field (0 if both are busy) and its index in `*index`. */
+static __always_inline __u64* claim_in(void* map, __u32 mask, __u64 conn_id, __u32* index) {
+  __u32 i = (__u32)conn_id & mask;
 #pragma unroll
   for (int probe = 0; probe < 2; probe++) {
-    struct gather_slot* s = bpf_map_lookup_elem(&gather_slots, &i);
-    if (!s) return 0;
-    __u64 owner = s->owner;
-    if (owner == st->conn_id ||
-        (owner == 0 && __sync_val_compare_and_swap(&s->owner, 0, st->conn_id) == 0)) {
-      st->gather_slot = i;
-      return s;
+    __u64* owner = bpf_map_lookup_elem(map, &i);
+    if (!owner) return 0;
+    __u64 o = *owner;
+    if (o == conn_id || (o == 0 && __sync_val_compare_and_swap(owner, 0, conn_id) == 0)) {
+      *index = i;
+      return owner;
     }
-    i ^= (cfg_gather_slot_mask + 1) / 2; /* the other half's; one slot: the same again */
+    i ^= (mask + 1) / 2; /* the other half's; one slot: the same again */
   }
-  count(FC_COUNTER_GATHER_NO_SLOT);
   return 0;
+}
+
+/* Claims a slot for a gather about to open; 0 if both of the connection's are busy. */
+static __always_inline struct gather_slot* claim_slot(struct conn_state* st) {
+  __u32 i = 0;
+  struct gather_slot* s =
+      (struct gather_slot*)claim_in(&gather_slots, cfg_gather_slot_mask, st->conn_id, &i);
+  if (!s) {
+    count(FC_COUNTER_GATHER_NO_SLOT);
+    return 0;
+  }
+  st->gather_slot = i;
+  return s;
 }
 
 /* Frees a slot once its record has left: an atomic exchange, so that the copy out of it is
@@ -1012,6 +1079,282 @@ static __always_inline int fold_continuation(struct conn_state* st, __u32 ret) {
   return 1;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Quiet fetches (sock variant, Kafka client connections, plaintext; fetchcost_abi.h).        */
+/* A consumer's fetch answered from local segments costs the broker three socket calls, and
+ * recording it two ring records (its request; its gathered response): about 0.7 us of the
+ * programs' 2 us per 1 KiB fetch (docs/performance.md, "Session 26"). Attribution only needs
+ * the fetches whose window holds an object-store GET. So a sessionless Fetch request (no
+ * session state in userspace depends on seeing it) waits in a request slot, listed in
+ * held_bits. Any send of a target on a connection that is not a Kafka client's (a GET among
+ * them) reports every listed request first, so their records come before the GET's. A request
+ * still held when its response starts had no such send in its window: it and its response are
+ * left out, and the next record in each direction reports their bytes (skipped_before). A GET
+ * caused by a fetch is sent after its request arrived, so it always finds it held or reported. */
+enum held_request {
+  HELD_NONE = 0,
+  HELD_PREFIX = 1, /* a 4-byte size prefix alone (a JVM broker reads it first, then the rest) */
+  HELD_WHOLE = 2,  /* a whole sessionless Fetch request, listed in held_bits */
+};
+
+/* 1 if d[0..n) is exactly one whole Fetch request that opens no session and continues none:
+ * a version before sessions (v7), or session id 0 and epoch -1 (as librdkafka and kafkajs
+ * send). Incremental fetches list only what changed: userspace must see every one of them. */
+static __always_inline int sessionless_fetch(const __u8* d, __u32 n) {
+  if (n < 26 || n > FC_HELD_BYTES) return 0;
+  if (bpf_ntohl(*(const __u32*)d) + 4 != n || d[4] != 0 || d[5] != 1) return 0;
+  __u32 version = ((__u32)d[6] << 8) | d[7];
+  if (version > 17) return 0;
+  if (version < 7) return 1;
+  __u32 client_id = ((__u32)d[12] << 8) | d[13];
+  if (client_id == 0xffff) client_id = 0; /* null */
+  if (client_id > FC_HELD_BYTES) return 0;
+  __u32 off = 14 + client_id;
+  if (version >= 12) { /* flexible header: no tagged fields */
+    if (d[off & (FC_HELD_BYTES - 1)] != 0) return 0;
+    off += 1;
+  }
+  if (version < 15) off += 4; /* replica_id */
+  off += 4 + 4 + 4 + 1;       /* max_wait_ms, min_bytes, max_bytes, isolation_level */
+  if (off + 8 > n) return 0;
+  off &= FC_HELD_BYTES - 1;   /* < n: changes nothing, bounds the reads */
+  const __u8* id = d + off;   /* session_id 0, then session_epoch -1 */
+  return id[0] == 0 && id[1] == 0 && id[2] == 0 && id[3] == 0 && id[4] == 0xff && id[5] == 0xff &&
+         id[6] == 0xff && id[7] == 0xff;
+}
+
+static __always_inline void free_request_slot(struct request_slot* s) {
+  __sync_lock_test_and_set(&s->owner, 0);
+}
+
+static __always_inline void unlist_request_slot(__u32 i) {
+  __sync_fetch_and_and(&held_bits[(i / 64) & (FC_HELD_WORDS - 1)], ~(1ULL << (i & 63)));
+}
+
+/* The request's record, as it would have been written when it arrived. */
+static __always_inline void report_held(struct request_slot* s) {
+  __u64 size = sizeof(struct fc_data_event) + (s->hdr.captured & (2 * FC_HELD_BYTES - 1));
+  if (size <= sizeof(struct fc_data_event) + sizeof(s->data)) submit(&s->hdr, size);
+}
+
+/* A store send's turn: reports the request in slot `i` if it is still held. A global function:
+ * verified once, not once per bit of report_held_word's loop. */
+__noinline int report_held_slot(__u32 i) {
+  struct request_slot* s = bpf_map_lookup_elem(&request_slots, &i);
+  if (!s || __sync_val_compare_and_swap(&s->state, SLOT_HELD, SLOT_TAKEN) != SLOT_HELD) return 0;
+  unlist_request_slot(i);
+  report_held(s);
+  if (__sync_lock_test_and_set(&s->state, SLOT_EMITTED) == SLOT_LEFT) free_request_slot(s);
+  return 1;
+}
+
+__noinline int report_held_word(__u32 w) {
+  w &= FC_HELD_WORDS - 1;
+  __u64 word = held_bits[w];
+  for (__u32 k = 0; k < 64; k++) {
+    if (!(word >> k)) break;
+    if ((word >> k) & 1) report_held_slot(w * 64 + k);
+  }
+  return 0;
+}
+
+/* A send on a connection that is not a Kafka client's: every held request is reported first. */
+static __always_inline void report_held_requests(void) {
+#pragma unroll
+  for (int w = 0; w < FC_HELD_WORDS; w++)
+    if (held_bits[w]) report_held_word(w);
+}
+
+static __always_inline struct request_slot* request_slot_of(struct conn_state* st) {
+  __u32 i = st->req_slot;
+  struct request_slot* s = bpf_map_lookup_elem(&request_slots, &i);
+  if (s && s->owner == st->conn_id) return s;
+  st->req_held = HELD_NONE; /* cannot happen: the slot is the connection's until it frees it */
+  return 0;
+}
+
+/* Ends the connection's hold. A request not reported yet is reported now when `report`, else
+ * left out (returns 1: the caller leaves its response out too). */
+static __always_inline int end_hold(struct conn_state* st, int report) {
+  struct request_slot* s = request_slot_of(st);
+  st->req_held = HELD_NONE;
+  if (!s) return 0;
+  unlist_request_slot(st->req_slot);
+  __u64 was = __sync_lock_test_and_set(&s->state, SLOT_LEFT);
+  if (was == SLOT_TAKEN) return 0; /* a store send is reporting it, and frees the slot after */
+  if (was == SLOT_HELD || was == SLOT_OWNED) {
+    if (!report) {
+      st->skipped[FC_DIR_RECV] += (__u64)s->hdr.c.skipped_before + s->hdr.length;
+      free_request_slot(s);
+      return 1;
+    }
+    report_held(s);
+  }
+  free_request_slot(s);
+  return 0;
+}
+
+/* A receive of `ret` bytes at stream position `pos`, whose first `want` are at `buf`: held
+ * (returns 1, no record now) if it is a whole sessionless Fetch request, or the size prefix of
+ * one. A whole request of another kind that was read into a slot leaves from there. */
+static __always_inline int hold_request(struct conn_state* st, struct sock* sk, __u8 src,
+                                        __u64 pos, __u32 ret, __u32 want, __u64 buf,
+                                        __u64 pid_tgid, struct task_struct* task) {
+  struct request_slot* s = 0;
+  __u32 n = ret;
+  __u64 len = ret; /* clamped in asm: the verifier needs the bound on the copy's own register */
+  FC_CLAMP(len, FC_HELD_BYTES);
+  if (st->req_held == HELD_PREFIX) { /* the rest of the request whose prefix is held */
+    s = request_slot_of(st);
+    if (!s) return 0;
+    if (want != ret || ret != bpf_ntohl(*(__u32*)s->data) || ret > FC_HELD_BYTES - 4 ||
+        pos != s->hdr.stream_pos + 4 ||
+        bpf_probe_read_user(s->data + 4, len, (const void*)buf) != 0) {
+      end_hold(st, 1); /* the prefix's own record; this call gets one as any other */
+      return 0;
+    }
+    n = ret + 4;
+    s->hdr.c.timestamp_ns = bpf_ktime_get_ns(); /* the request is in when its last byte is */
+    s->hdr.c.tid = (__u32)pid_tgid;
+    s->hdr.source = src;
+    s->hdr.length = n;
+  } else {
+    if (!cfg_skip_quiet_fetches || !sk || want != ret || st->resp_state != RESP_NEXT ||
+        st->gathering || (ret != 4 && (ret < 26 || ret > FC_HELD_BYTES)))
+      return 0;
+    if (ret != 4) { /* a Fetch, whole in this call: anything else is recorded as ever */
+      __u8 head[8];
+      if (bpf_probe_read_user(head, sizeof(head), (const void*)buf) != 0 || head[4] != 0 ||
+          head[5] != 1 || bpf_ntohl(*(__u32*)head) + 4 != ret)
+        return 0;
+    }
+    __u32 i = 0;
+    s = (struct request_slot*)claim_in(&request_slots, FC_REQUEST_SLOTS - 1, st->conn_id, &i);
+    if (!s) return 0;
+    if (bpf_probe_read_user(s->data, len, (const void*)buf) != 0) {
+      free_request_slot(s);
+      return 0;
+    }
+    s->state = SLOT_OWNED;
+    st->req_slot = i;
+    /* Takes the whole messages left out before it: a request left out gives them back. */
+    fill_data_hdr(&s->hdr, st, pid_tgid, task, src, pos, ret, FC_DIR_RECV, 0);
+    s->hdr.nsegs = 1;
+    s->hdr.segs[0].offset = 0;
+    if (ret == 4) {
+      s->hdr.captured = 4;
+      s->hdr.segs[0].length = 4;
+      st->req_held = HELD_PREFIX;
+      return 1;
+    }
+  }
+  s->hdr.captured = n;
+  s->hdr.segs[0].length = n;
+  if (!sessionless_fetch(s->data, n)) {
+    st->req_held = HELD_PREFIX; /* owned, not listed: end_hold reports it */
+    end_hold(st, 1);
+    return 1;
+  }
+  __sync_lock_test_and_set(&s->state, SLOT_HELD);
+  __sync_fetch_and_or(&held_bits[(st->req_slot / 64) & (FC_HELD_WORDS - 1)],
+                      1ULL << (st->req_slot & 63));
+  st->req_held = HELD_WHOLE;
+  return 1;
+}
+
+/* The first 4 bytes of a send (a Kafka response's size prefix), for the calls that have them
+ * in their first buffer. */
+static __always_inline int first_word(__u8 src, __u64 buf, __u64 cnt, __u32 ret, __u32* word) {
+  if (ret < 4) return 0;
+  if (src == FC_SRC_WRITE || src == FC_SRC_SENDTO)
+    return bpf_probe_read_user(word, 4, (const void*)buf) == 0;
+  __u64 iov_ptr = buf;
+  if (src == FC_SRC_SENDMSG) {
+    struct fc_user_msghdr msg;
+    if (bpf_probe_read_user(&msg, sizeof(msg), (const void*)buf) != 0) return 0;
+    iov_ptr = msg.msg_iov;
+    cnt = msg.msg_iovlen;
+  } else if (src != FC_SRC_WRITEV) {
+    return 0;
+  }
+  struct fc_user_iovec iov;
+  if (cnt == 0 || bpf_probe_read_user(&iov, sizeof(iov), (const void*)iov_ptr) != 0 ||
+      iov.iov_len < 4)
+    return 0;
+  return bpf_probe_read_user(word, 4, (const void*)iov.iov_base) == 0;
+}
+
+/* Bytes left out are reported by the next record in their direction; a connection that only
+ * ever has quiet fetches gets an empty record before the count nears the field's 4 GiB. */
+static __always_inline void report_skipped_if_large(struct conn_state* st, __u64 pid_tgid,
+                                                    struct task_struct* task, __u8 src) {
+#pragma unroll
+  for (__u8 d = 0; d < 2; d++)
+    if (st->skipped[d] >= (1ULL << 30))
+      emit_length_only(st, pid_tgid, task, src, st->pos[d], 0, d, 0);
+}
+
+/* The first send of the response to a held request (`ret` bytes at `pos`): left out with its
+ * request if no store send reported that (returns 1), else the request has left and the
+ * response is handled as any other (returns 0). */
+static __always_inline int start_skip(struct conn_state* st, __u8 src, __u64 buf, __u64 cnt,
+                                      __u64 pos, __u32 ret, __u64 pid_tgid,
+                                      struct task_struct* task) {
+  __u32 head = 0;
+  int framed = st->req_held == HELD_WHOLE && st->fold_len == 0 &&
+               first_word(src, buf, cnt, ret, &head);
+  __u32 size = bpf_ntohl(head);
+  __u64 end = pos + 4 + size;
+  if (!framed || size < 8 || size > FC_MAX_RESPONSE || pos + ret > end) {
+    end_hold(st, 1);
+    return 0;
+  }
+  if (!end_hold(st, 0)) return 0;
+  st->skip_from = pos;
+  if (pos + ret == end) { /* the whole response in one send */
+    st->skipped[FC_DIR_SEND] += ret;
+    st->resp_state = RESP_NEXT;
+    count(FC_COUNTER_QUIET_FETCHES);
+    report_skipped_if_large(st, pid_tgid, task, src);
+  } else {
+    st->resp_end = end;
+    st->resp_state = RESP_SKIP;
+  }
+  return 1;
+}
+
+/* A send inside a response left out: returns 1 if it is one (its bytes are left out too), 0
+ * if it runs past the response's end (the framing was wrong: the bytes left out so far become
+ * a hole before this send, and it is handled as any other). */
+static __always_inline int skip_send(struct conn_state* st, struct sock* sk, __u8 src, __u64 pos,
+                                     __u32 ret, __u64 cnt, __u64 pid_tgid,
+                                     struct task_struct* task) {
+  __u64 end = pos + ret;
+  if (end < st->resp_end) {
+    if (src == FC_SRC_SENDFILE && sk) expect_splices(st, pos, cnt);
+    return 1;
+  }
+  if (end == st->resp_end) {
+    st->skipped[FC_DIR_SEND] += end - st->skip_from;
+    st->fold_len = 0; /* fold_continuation's splices: inside the response left out */
+    st->resp_state = RESP_NEXT;
+    count(FC_COUNTER_QUIET_FETCHES);
+    report_skipped_if_large(st, pid_tgid, task, src);
+    return 1;
+  }
+  st->fold_len = (__u32)(pos - st->skip_from); /* < FC_MAX_RESPONSE */
+  st->resp_state = RESP_UNKNOWN;
+  return 0;
+}
+
+/* The connection is closing (or leaves the Kafka framing) inside a response left out: what was
+ * left out of it becomes a hole, reported as folded bytes. */
+static __always_inline void abandon_skip(struct conn_state* st) {
+  if (st->resp_state != RESP_SKIP) return;
+  st->fold_len = (__u32)(st->pos[FC_DIR_SEND] - st->skip_from);
+  st->resp_state = RESP_UNKNOWN;
+}
+
 /* One data event for a target's socket call. a0..a3 are the syscall's arguments (fd, buffer,
  * count/iovcnt, flags) when `src` names a syscall, else ignored. */
 static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __u64 pid_tgid,
@@ -1023,6 +1366,18 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
     resolve_policy(st, t);
   }
   __u64 pos = __sync_fetch_and_add(&st->pos[direction & 1], (__u64)ret);
+  const int one_range =
+      src == FC_SRC_READ || src == FC_SRC_WRITE || src == FC_SRC_SENDTO || src == FC_SRC_RECVFROM;
+  const int kafka = st->policy.role == FC_ROLE_KAFKA_CLIENT && !st->tls;
+  /* Quiet fetches: a send that may be a GET reports every held request before its own record;
+   * a held request that this call does not continue (its rest, its response) leaves first. */
+  if (direction == FC_DIR_SEND && st->policy.role != FC_ROLE_KAFKA_CLIENT)
+    report_held_requests();
+  if (st->req_held &&
+      !(kafka && (direction == FC_DIR_RECV ? st->req_held == HELD_PREFIX && one_range
+                                           : st->req_held == HELD_WHOLE &&
+                                                 st->resp_state == RESP_NEXT)))
+    end_hold(st, 1);
   __u32 call_cap = st->policy.bytes_per_call;
   __u32 iov_cap = st->policy.bytes_per_iovec;
   if (st->policy.bulk_from) { /* inside a bulk run: a message body, copy only a prefix */
@@ -1073,11 +1428,14 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   int starts = 0; /* this send starts a Kafka response */
   int gather = 0; /* this send continues a response: gather it (sock variant) */
   int ends = 0;   /* ... and ends it */
-  if (st->policy.role == FC_ROLE_KAFKA_CLIENT && !st->tls) {
+  if (kafka) {
     if (direction == FC_DIR_RECV) {
       flush_fold(st, pid_tgid, task);
       flush_gather(st, sk, st->pos[FC_DIR_SEND], pid_tgid, task);
       if (st->resp_state == RESP_UNKNOWN) st->resp_state = RESP_NEXT;
+    } else if (st->resp_state == RESP_SKIP &&
+               skip_send(st, sk, src, pos, ret, cnt, pid_tgid, task)) {
+      return;
     } else if (st->resp_state == RESP_IN) {
       __u64 end = pos + ret;
       if (end < st->resp_end) {
@@ -1108,12 +1466,15 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
     } else if (st->resp_state == RESP_NEXT) {
       starts = 1;
       st->resp_state = RESP_UNKNOWN; /* until the size prefix is read below */
+      if (st->req_held && start_skip(st, src, buf, cnt, pos, ret, pid_tgid, task)) return;
     }
     if (direction == FC_DIR_SEND) {
       hole = st->fold_len;
       st->fold_len = 0;
     }
-  } else if (st->fold_len || st->gathering) { /* its role or TLS changed with one pending */
+  } else if (st->fold_len || st->gathering || st->resp_state == RESP_SKIP) {
+    /* its role or TLS changed with one pending */
+    abandon_skip(st);
     flush_fold(st, pid_tgid, task);
     flush_gather(st, sk, direction == FC_DIR_SEND ? pos : st->pos[FC_DIR_SEND], pid_tgid, task);
   }
@@ -1125,8 +1486,6 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
     return;
   }
 
-  const int one_range =
-      src == FC_SRC_READ || src == FC_SRC_WRITE || src == FC_SRC_SENDTO || src == FC_SRC_RECVFROM;
   const int vectored =
       src == FC_SRC_READV || src == FC_SRC_WRITEV || src == FC_SRC_SENDMSG || src == FC_SRC_RECVMSG;
   if (st->tls || st->policy.role == FC_ROLE_IGNORE || call_cap == 0 || !(one_range || vectored)) {
@@ -1137,6 +1496,9 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   __u32 head = 0; /* the call's first 4 bytes, when captured */
   if (one_range) {
     __u32 want = min_u32(ret, call_cap);
+    if (kafka && direction == FC_DIR_RECV &&
+        hold_request(st, sk, src, pos, ret, want, buf, pid_tgid, task))
+      return;
     if (gather && try_gather(st, sk, pos, ret, hole, want, buf, ends, pid_tgid, task)) return;
     if (starts && gather_start(st, sk, src, pos, ret, hole, want, buf, pid_tgid, task)) return;
     emit_direct(st, pid_tgid, task, src, pos, ret, direction, hole, want, buf, &head);
@@ -1565,7 +1927,7 @@ int BPF_KRETPROBE(tls_exit, long rc) {
   struct event_buf* ev = scratch_buf();
   if (!ev) return 0;
   fill_common(&ev->hdr.c, FC_EVENT_TLS_DATA, pid_tgid);
-  ev->hdr.c.reserved = 0;
+  ev->hdr.c.skipped_before = 0;
   ev->hdr.stream_pos = pos;
   ev->hdr.tls_obj = call.obj;
   ev->hdr.length = (__u32)n;

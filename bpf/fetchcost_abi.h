@@ -33,6 +33,17 @@
  *        512 bytes captured: many partitions' headers in one write) has a record of its own,
  *        and so does every send of a response that finds no free gather slot (a slot holds
  *        a response's sends while it is in flight; FC_COUNTER_GATHER_NO_SLOT).
+ *        Quiet fetches (sock variant, Kafka client connections, cfg_skip_quiet_fetches): a
+ *        sessionless Fetch request (session epoch -1, or a version before sessions) that arrives
+ *        whole in one receive (or its 4-byte size prefix, then the rest, as a JVM broker reads
+ *        it) is held in a request slot instead of a record. If the broker made no send on a
+ *        connection other than a Kafka client's (an object-store GET, whatever the store) between
+ *        its arrival and its response's first send, no remote read can belong to it: the request
+ *        and its whole response are left out, and the next record in each direction says how
+ *        many bytes of whole messages were left out before it (skipped_before). Otherwise the
+ *        request's record is handed on before the response's, as if never held. The response's
+ *        record leaves; a request still held when anything else happens on the connection
+ *        leaves first.
  *   FC_EVENT_CONNECT / FC_EVENT_CLOSE  struct fc_conn_event (no payload).
  * Both start with struct fc_event_common; dispatch on common.kind. */
 #ifndef FETCHCOST_ABI_H
@@ -98,6 +109,8 @@ enum fc_source {
   FC_SRC_SENDMMSG = 13, /* length only (one event per message) */
   FC_SRC_SPLICE = 14,   /* length only */
   FC_SRC_GATHERED = 15, /* several sends of one Kafka response (see "Gathered sends" above) */
+  FC_SRC_SKIPPED = 16,  /* never written by the BPF side: userspace's stand-in for a record's
+                           skipped_before (whole messages left out, length only) */
 };
 
 /* Connection roles: userspace decides (by port or per connection) and sets the caps. */
@@ -146,7 +159,9 @@ struct fc_event_common {
   fc_u16 kind;       /* enum fc_event_kind */
   fc_u8 role;        /* enum fc_role in effect */
   fc_u8 flags;       /* enum fc_event_flags */
-  fc_u32 reserved;
+  /* DATA records: bytes of whole Kafka messages left out right before this record's range (and
+   * before its hole_before): quiet fetches, see "Quiet fetches" above. 0 elsewhere. */
+  fc_u32 skipped_before;
   char comm[FC_COMM_LEN]; /* thread name */
 };
 FC_STATIC_ASSERT(sizeof(struct fc_event_common) == 56, "fc_event_common layout changed");
@@ -272,7 +287,8 @@ enum fc_counter {
   FC_COUNTER_GATHER_NO_SLOT = 8,     /* a response not gathered: both of its gather slots were busy
                                         (its sends keep a record each) */
   FC_COUNTER_WAKEUPS = 9,            /* the reader woken: a ring's unread data reached the mark */
-  FC_COUNTER_MAX = 10,
+  FC_COUNTER_QUIET_FETCHES = 10,     /* fetches left out whole: no object-store call in their window */
+  FC_COUNTER_MAX = 11,
 };
 
 #endif

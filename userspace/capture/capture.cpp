@@ -223,6 +223,7 @@ struct Capture::Impl {
   std::uint64_t delivered = 0;
   fc_data_event widened_event{};  // a short or one-segment record widened (on_sample)
   fc_data_event folded_event{};   // the sendfiles a record's hole_before stands for (on_sample)
+  fc_data_event skipped_event{};  // the whole messages a record's skipped_before stands for
 
   ~Impl() {
     if (reader.joinable()) {
@@ -423,6 +424,9 @@ struct Capture::Impl {
         widened_event.nsegs = 0;
         d = &widened_event;
       }
+      if (d->c.skipped_before != 0 &&
+          std::uint64_t{d->c.skipped_before} + d->hole_before <= d->stream_pos)
+        deliver_skipped(*d);
       if (d->hole_before != 0 && d->direction == FC_DIR_SEND && d->hole_before <= d->stream_pos)
         deliver_folded(*d);
       if (d->length == 0) return;  // only carried folded sendfiles (a receive or close came)
@@ -455,6 +459,24 @@ struct Capture::Impl {
     EventView view{folded_event.c};
     view.data = &folded_event;
     view.folded = true;
+    ++delivered;
+    handler(view);
+  }
+
+  // Whole messages the BPF side left out right before this record (quiet fetches) are handed on
+  // first as one length-only record of source FC_SRC_SKIPPED, so consumers see every byte's place.
+  void deliver_skipped(const fc_data_event& d) {
+    skipped_event = fc_data_event{};
+    skipped_event.c = d.c;
+    skipped_event.c.flags = 0;
+    skipped_event.c.skipped_before = 0;
+    skipped_event.stream_pos = d.stream_pos - d.hole_before - d.c.skipped_before;
+    skipped_event.length = d.c.skipped_before;
+    skipped_event.direction = d.direction;
+    skipped_event.source = FC_SRC_SKIPPED;
+    EventView view{skipped_event.c};
+    view.data = &skipped_event;
+    view.skipped = true;
     ++delivered;
     handler(view);
   }
@@ -578,6 +600,7 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
     if (!impl->skel) return make_error("cannot open the BPF object: " + errno_text(errno));
     const bool by_syscall = impl->variant != Variant::kSockTracepoints;
     impl->skel->rodata->cfg_record_ciphertext = options.deliver_tls_ciphertext;
+    impl->skel->rodata->cfg_skip_quiet_fetches = options.skip_quiet_fetches && !by_syscall;
     impl->skel->rodata->cfg_wakeup_bytes = options.wakeup_bytes
                                                ? options.wakeup_bytes
                                                : std::max<std::size_t>(impl->ring_bytes / 8, 1);
@@ -605,6 +628,9 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
     // Gather slots (1.2 KiB each) serve the sock variant's programs alone.
     const __u32 gather_slots = by_syscall ? 1 : options.gather_slots;
     bpf_map__set_max_entries(impl->skel->maps.gather_slots, gather_slots);
+    // Request slots hold quiet fetches' requests (1.3 MiB); without them, one unused entry.
+    bpf_map__set_max_entries(impl->skel->maps.request_slots,
+                             options.skip_quiet_fetches && !by_syscall ? 1024 : 1);
     impl->skel->rodata->cfg_gather_slot_mask = gather_slots - 1;
     bpf_map__set_max_entries(impl->skel->maps.ringbufs, static_cast<__u32>(impl->cpus));
     bpf_map__set_max_entries(impl->skel->maps.scratch, static_cast<__u32>(impl->cpus));
@@ -850,6 +876,7 @@ std::vector<Counters> Capture::per_cpu() const {
   read(FC_COUNTER_CIPHERTEXT_SKIPPED, &Counters::ciphertext_skipped);
   read(FC_COUNTER_GATHER_NO_SLOT, &Counters::gather_no_slot);
   read(FC_COUNTER_WAKEUPS, &Counters::wakeups);
+  read(FC_COUNTER_QUIET_FETCHES, &Counters::quiet_fetches);
   return result;
 }
 
@@ -868,6 +895,7 @@ Counters sum_of(const std::vector<Counters>& per_cpu) {
     sum.ciphertext_skipped += c.ciphertext_skipped;
     sum.gather_no_slot += c.gather_no_slot;
     sum.wakeups += c.wakeups;
+    sum.quiet_fetches += c.quiet_fetches;
   }
   return sum;
 }

@@ -95,6 +95,12 @@ struct Options {
   // a capture opened again later finds it held). Timing costs each run two clock reads
   // (docs/performance.md, "Session 29" in "Capture (BPF)").
   bool program_stats = false;
+  // Leave out quiet fetches (sock variant; fetchcost_abi.h, "Quiet fetches"): a sessionless
+  // Fetch request is held in a slot until its response starts; if the broker made no send on a
+  // connection other than a Kafka client's meanwhile (no GET can belong to it), neither it nor
+  // its response gets a record, and the records after them report their bytes, delivered as
+  // EventView::skipped stand-ins. Any such send reports the requests held first.
+  bool skip_quiet_fetches = false;
   // Tests: act as a kernel whose verifier refuses the syscall exit programs (the loader then
   // falls back to the entry-exit pairs), a path no kernel that runs the tests takes.
   bool test_refuse_syscall_exit_programs = false;
@@ -115,6 +121,8 @@ struct Counters {
   // times a program woke the ring reader because a ring's unread data reached the wakeup mark
   // (a reader that keeps up on its own passes is not woken)
   std::uint64_t wakeups = 0;
+  // fetches left out whole (Options::skip_quiet_fetches): no store send in their window
+  std::uint64_t quiet_fetches = 0;
 };
 
 // One record as the BPF side wrote it. For DATA/TLS_DATA `data` is set, `payload` holds the
@@ -127,6 +135,9 @@ struct EventView {
   std::span<const std::uint8_t> payload;
   std::span<const fc_segment> segments;
   bool folded = false;  // sendfiles the BPF side folded into the next record (length only)
+  // Whole Kafka messages the BPF side left out (quiet fetches; length only, source
+  // FC_SRC_SKIPPED): consumers move past them to the message boundary after them.
+  bool skipped = false;
 };
 using EventHandler = std::function<void(const EventView&)>;
 

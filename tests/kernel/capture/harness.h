@@ -107,6 +107,7 @@ struct Record {
   fc_conn_event conn{};
   bool is_data = false;
   bool folded = false;
+  bool skipped = false;
   std::string payload;
   std::vector<fc_segment> segments;
 };
@@ -122,6 +123,7 @@ struct Collector {
       if (ev.data) {
         r.is_data = true;
         r.folded = ev.folded;
+        r.skipped = ev.skipped;
         r.data = *ev.data;
         r.payload.assign(ev.payload.begin(), ev.payload.end());
         r.segments.assign(ev.segments.begin(), ev.segments.end());

@@ -1,0 +1,385 @@
+// Quiet fetches (Options::skip_quiet_fetches, sock variant): a sessionless Fetch request is held
+// until its response starts, and left out with the response when the target made no send on a
+// connection other than a Kafka client's meanwhile. The real BPF programs on a loopback Kafka
+// connection whose both ends the target owns, with a second connection standing in for the
+// object store.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/ioctl.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "harness.h"
+#include "testing.h"
+
+namespace fc::capture_test {
+namespace {
+
+using capture::Variant;
+
+struct Pair {
+  int listener = -1, client = -1, server = -1;
+  std::uint16_t listen_port = 0, client_port = 0;
+};
+
+bool open_pair(Pair& p) {
+  p.listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (bind(p.listener, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(p.listener, 4) != 0)
+    return false;
+  getsockname(p.listener, reinterpret_cast<sockaddr*>(&a), &len);
+  p.listen_port = ntohs(a.sin_port);
+  p.client = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(p.client, reinterpret_cast<sockaddr*>(&a), len) != 0) return false;
+  p.server = accept(p.listener, nullptr, nullptr);
+  int one = 1;
+  setsockopt(p.client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(p.server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  sockaddr_in mine{};
+  len = sizeof(mine);
+  getsockname(p.client, reinterpret_cast<sockaddr*>(&mine), &len);
+  p.client_port = ntohs(mine.sin_port);
+  return p.server >= 0;
+}
+
+bool wait_inq(int fd, std::size_t n) {
+  for (int i = 0; i < 2000; ++i) {
+    int inq = 0;
+    if (ioctl(fd, FIONREAD, &inq) == 0 && static_cast<std::size_t>(inq) >= n) return true;
+    usleep(1000);
+  }
+  return false;
+}
+
+void put16(std::string& s, std::uint16_t v) {
+  s.push_back(char(v >> 8));
+  s.push_back(char(v));
+}
+void put32(std::string& s, std::uint32_t v) {
+  put16(s, std::uint16_t(v >> 16));
+  put16(s, std::uint16_t(v));
+}
+void put64(std::string& s, std::uint64_t v) {
+  put32(s, std::uint32_t(v >> 32));
+  put32(s, std::uint32_t(v));
+}
+
+// A Fetch request as a consumer writes it, of one partition: a version before sessions (4), or
+// v11 with the session id and epoch given (0 and -1: sessionless, as librdkafka sends).
+std::string fetch_request(std::int16_t version, std::int32_t correlation, std::int32_t session_id,
+                          std::int32_t epoch) {
+  std::string b;
+  put16(b, 1);
+  put16(b, std::uint16_t(version));
+  put32(b, std::uint32_t(correlation));
+  const std::string client = "quiet-consumer";
+  put16(b, std::uint16_t(client.size()));
+  b += client;
+  put32(b, 0xffffffffu);  // replica_id -1
+  put32(b, 500);          // max_wait_ms
+  put32(b, 1);            // min_bytes
+  put32(b, 52428800);     // max_bytes
+  b.push_back(0);         // isolation_level
+  if (version >= 7) {
+    put32(b, std::uint32_t(session_id));
+    put32(b, std::uint32_t(epoch));
+  }
+  put32(b, 1);  // topics
+  const std::string topic = "orders";
+  put16(b, std::uint16_t(topic.size()));
+  b += topic;
+  put32(b, 1);                              // partitions
+  put32(b, 0);                              // partition
+  if (version >= 9) put32(b, 0xffffffffu);  // current_leader_epoch
+  put64(b, 4242);                           // fetch_offset
+  if (version >= 5) put64(b, 0);            // log_start_offset
+  put32(b, 1048576);                        // partition_max_bytes
+  if (version >= 7) put32(b, 0);            // forgotten_topics_data
+  if (version >= 11) put16(b, 0);           // rack_id ""
+  std::string framed;
+  put32(framed, std::uint32_t(b.size()));
+  return framed + b;
+}
+
+// Another request (an ApiVersions-like header of key 18): never held.
+std::string other_request(std::int32_t correlation) {
+  std::string b;
+  put16(b, 18);
+  put16(b, 3);
+  put32(b, std::uint32_t(correlation));
+  put16(b, 4);
+  b += "test";
+  b += std::string(10, 'x');
+  std::string framed;
+  put32(framed, std::uint32_t(b.size()));
+  return framed + b;
+}
+
+// A response: a header of `head` bytes (its size prefix first) written with writev, then, if
+// `file` > 0, that many bytes of records by sendfile.
+struct Response {
+  std::string head;
+  std::string file;
+};
+Response response(std::size_t head, std::size_t file, unsigned seed) {
+  Response r{pattern(head, seed), pattern(file, seed + 1)};
+  std::string prefix;
+  put32(prefix, std::uint32_t(head + file - 4));
+  r.head.replace(0, 4, prefix);
+  return r;
+}
+
+bool send_response(int fd, const Response& r) {
+  iovec iov{const_cast<char*>(r.head.data()), r.head.size()};
+  if (writev(fd, &iov, 1) != ssize_t(r.head.size())) return false;
+  if (r.file.empty()) return true;
+  char path[] = "/tmp/fc-quiet-XXXXXX";
+  int f = mkstemp(path);
+  if (f < 0) return false;
+  unlink(path);
+  bool ok = write(f, r.file.data(), r.file.size()) == ssize_t(r.file.size());
+  off_t at = 0;
+  ok = ok && sendfile(fd, f, &at, r.file.size()) == ssize_t(r.file.size());
+  close(f);
+  return ok;
+}
+
+// One exchange on the Kafka pair: the client writes `request`; the broker side reads it whole
+// (or, `split`, its 4-byte prefix and then the rest, as a JVM broker does); with `store_send`
+// it writes to the object-store stand-in (a GET) before it answers; the client reads the answer.
+struct Exchange {
+  std::string request;
+  bool split = false;
+  bool store_send = false;
+  Response answer;
+};
+
+bool run_exchange(const Pair& kafka, const Pair& store, const Exchange& e) {
+  const std::size_t n = e.request.size();
+  if (write(kafka.client, e.request.data(), n) != ssize_t(n) || !wait_inq(kafka.server, n))
+    return false;
+  std::string got(n, '\0');
+  if (e.split) {
+    if (read(kafka.server, got.data(), 4) != 4 ||
+        read(kafka.server, got.data() + 4, n - 4) != ssize_t(n - 4))
+      return false;
+  } else if (read(kafka.server, got.data(), n) != ssize_t(n)) {
+    return false;
+  }
+  if (got != e.request) return false;
+  if (e.store_send) {
+    const std::string get = "GET /orders/0 HTTP/1.1\r\n\r\n";
+    std::string sink(get.size(), '\0');
+    if (write(store.client, get.data(), get.size()) != ssize_t(get.size()) ||
+        !wait_inq(store.server, get.size()) ||
+        read(store.server, sink.data(), sink.size()) != ssize_t(sink.size()))
+      return false;
+  }
+  if (!send_response(kafka.server, e.answer)) return false;
+  const std::size_t total = e.answer.head.size() + e.answer.file.size();
+  std::string sink(total, '\0');
+  return wait_inq(kafka.client, total) && read(kafka.client, sink.data(), total) == ssize_t(total);
+}
+
+// What happens on the Kafka connection, in order; which exchanges are quiet is in kQuiet.
+std::vector<Exchange> exchanges() {
+  return {
+      {fetch_request(11, 1, 0, -1), false, false, response(30, 1000, 10)},  // quiet
+      {fetch_request(4, 2, 0, -1), true, false, response(60, 0, 20)},       // quiet, read split
+      {fetch_request(11, 3, 0, -1), false, true, response(30, 2000, 30)},   // a GET in between
+      {fetch_request(11, 4, 5, 3), false, false, response(30, 500, 40)},    // incremental
+      {other_request(5), false, false, response(40, 0, 50)},                // not a fetch
+      {fetch_request(11, 6, 0, -1), true, false, response(24, 700, 60)},    // quiet, read split
+      {fetch_request(11, 7, 0, -1), false, true, response(24, 0, 70)},      // a GET in between
+  };
+}
+const bool kQuiet[] = {true, true, false, false, false, true, false};
+
+int quiet_scenario(Child& self) {
+  Pair kafka, store;
+  if (!open_pair(kafka) || !open_pair(store)) return 10;
+  self.report(kafka.listen_port);
+  self.wait_parent();  // the listener is a Kafka port now
+  for (const auto& e : exchanges())
+    if (!run_exchange(kafka, store, e)) return 11;
+  self.report(kafka.client_port);
+  self.report(store.client_port);
+  self.wait_parent();
+  close(kafka.server);
+  close(kafka.client);
+  usleep(50000);
+  self.report(0);
+  self.wait_parent();
+  return 0;
+}
+
+// The records of one direction of connection `conn`, real and stand-in, in delivery order.
+std::vector<Record> direction_of(const Collector& col, fc_u64 conn, fc_u8 direction) {
+  std::vector<Record> out;
+  for (const auto& r : col.records)
+    if (r.is_data && r.common.conn_id == conn && r.data.direction == direction) out.push_back(r);
+  return out;
+}
+
+// Checks that `records` tile the stream `bytes` from its start: every byte once, captured bytes
+// equal to what was sent; returns the stand-ins for whole messages left out, in order.
+std::vector<Record> check_tiles(std::vector<Record> records, const std::string& bytes) {
+  std::sort(records.begin(), records.end(),
+            [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
+  std::vector<Record> skipped;
+  std::uint64_t at = 0;
+  for (const auto& r : records) {
+    INFO("record at " << r.data.stream_pos << " length " << r.data.length);
+    CHECK(r.data.stream_pos == at);
+    std::size_t off = 0;
+    for (const auto& seg : r.segments) {
+      REQUIRE(r.data.stream_pos + seg.offset + seg.length <= bytes.size());
+      CHECK(r.payload.substr(off, seg.length) ==
+            bytes.substr(r.data.stream_pos + seg.offset, seg.length));
+      off += seg.length;
+    }
+    if (r.skipped) skipped.push_back(r);
+    at = r.data.stream_pos + r.data.length;
+  }
+  CHECK(at == bytes.size());
+  return skipped;
+}
+
+}  // namespace
+
+TEST_CASE("quiet fetches are left out whole; a store send reports the held request first") {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  Collector col({.ring_bytes_per_cpu = 1 << 20,
+                 .default_policy = {4096, 4096},
+                 .variant = Variant::kSockTracepoints,
+                 .skip_quiet_fetches = true});
+  Child target(quiet_scenario);
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  const auto listen_port = static_cast<std::uint16_t>(target.receive());
+  REQUIRE(
+      col.capture->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
+  target.nod();
+  const auto client_port = static_cast<std::uint16_t>(target.receive());
+  const auto store_port = static_cast<std::uint16_t>(target.receive());
+  col.drain(5);
+  const std::size_t before_close = col.records.size();
+  target.nod();
+  CHECK(target.receive() == 0);
+  col.drain(5);
+  target.nod();
+  CHECK(target.wait() == 0);
+
+  const fc_u64 conn = conn_by_ports(col, target.pid(), listen_port, client_port);
+  REQUIRE(conn != 0);
+  const auto all = exchanges();
+  std::string requests, responses;
+  std::vector<std::uint64_t> skipped_requests, skipped_responses;  // lengths of each quiet run
+  bool in_run = false;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const auto& e = all[i];
+    const std::size_t answer = e.answer.head.size() + e.answer.file.size();
+    if (kQuiet[i]) {
+      if (!in_run) {
+        skipped_requests.push_back(0);
+        skipped_responses.push_back(0);
+      }
+      skipped_requests.back() += e.request.size();
+      skipped_responses.back() += answer;
+    }
+    in_run = kQuiet[i];
+    requests += e.request;
+    responses += e.answer.head + e.answer.file;
+  }
+
+  // Both streams: the records and the stand-ins tile them, every captured byte as sent. A run
+  // of quiet fetches is reported by the next record in each direction.
+  const auto skipped_in = check_tiles(direction_of(col, conn, FC_DIR_RECV), requests);
+  const auto skipped_out = check_tiles(direction_of(col, conn, FC_DIR_SEND), responses);
+  REQUIRE(skipped_in.size() == skipped_requests.size());
+  REQUIRE(skipped_out.size() == skipped_responses.size());
+  for (std::size_t i = 0; i < skipped_in.size(); ++i) {
+    CHECK(skipped_in[i].data.source == FC_SRC_SKIPPED);
+    CHECK(skipped_in[i].data.length == skipped_requests[i]);
+    CHECK(skipped_out[i].data.length == skipped_responses[i]);
+  }
+
+  // The requests with a GET in their window were reported before the GET's record, and carry
+  // what was left out before them; the incremental fetch and the other request were never held.
+  fc_u64 store = 0;
+  for (const auto& r : col.of(target.pid(), FC_EVENT_CONNECT))
+    if (r.conn.local_port == store_port) store = r.common.conn_id;
+  REQUIRE(store != 0);
+  std::vector<std::size_t> request_at, get_at;  // delivery indexes
+  std::vector<const Record*> request_records;
+  for (std::size_t i = 0; i < col.records.size(); ++i) {
+    const auto& r = col.records[i];
+    if (!r.is_data || r.skipped) continue;
+    if (r.common.conn_id == conn && r.data.direction == FC_DIR_RECV) {
+      request_at.push_back(i);
+      request_records.push_back(&r);
+    }
+    if (r.common.conn_id == store && r.data.direction == FC_DIR_SEND) get_at.push_back(i);
+  }
+  REQUIRE(request_records.size() == 4);  // exchanges 3, 4, 5 and 7
+  REQUIRE(get_at.size() == 2);
+  CHECK(request_records[0]->payload == all[2].request);
+  CHECK(request_records[0]->data.c.skipped_before == skipped_requests[0]);
+  CHECK(request_at[0] < get_at[0]);
+  CHECK(request_records[1]->payload == all[3].request);
+  CHECK(request_records[2]->payload == all[4].request);
+  CHECK(request_records[3]->payload == all[6].request);
+  CHECK(request_records[3]->data.c.skipped_before == skipped_requests[1]);
+  CHECK(request_at[3] < get_at[1]);
+  CHECK(col.capture->totals().quiet_fetches == 3);
+
+  // The close reports every byte, the quiet fetches' included.
+  bool closed = false;
+  for (std::size_t i = before_close; i < col.records.size(); ++i) {
+    const auto& r = col.records[i];
+    if (r.common.kind == FC_EVENT_CLOSE && r.common.conn_id == conn) {
+      closed = true;
+      CHECK(r.conn.bytes[FC_DIR_RECV] == requests.size());
+      CHECK(r.conn.bytes[FC_DIR_SEND] == responses.size());
+    }
+  }
+  CHECK(closed);
+}
+
+TEST_CASE("without skip_quiet_fetches every fetch has its records") {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  Collector col({.ring_bytes_per_cpu = 1 << 20,
+                 .default_policy = {4096, 4096},
+                 .variant = Variant::kSockTracepoints});
+  Child target(quiet_scenario);
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  const auto listen_port = static_cast<std::uint16_t>(target.receive());
+  REQUIRE(
+      col.capture->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
+  target.nod();
+  const auto client_port = static_cast<std::uint16_t>(target.receive());
+  target.receive();
+  col.drain(5);
+  target.nod();
+  CHECK(target.receive() == 0);
+  target.nod();
+  CHECK(target.wait() == 0);
+  const fc_u64 conn = conn_by_ports(col, target.pid(), listen_port, client_port);
+  REQUIRE(conn != 0);
+  std::string requests;
+  for (const auto& e : exchanges()) requests += e.request;
+  const auto skipped = check_tiles(direction_of(col, conn, FC_DIR_RECV), requests);
+  CHECK(skipped.empty());
+  CHECK(col.capture->totals().quiet_fetches == 0);
+}
+
+}  // namespace fc::capture_test
