@@ -1117,8 +1117,8 @@ static __always_inline int sessionless_fetch(const __u8* d, __u32 n) {
   if (version < 15) off += 4; /* replica_id */
   off += 4 + 4 + 4 + 1;       /* max_wait_ms, min_bytes, max_bytes, isolation_level */
   if (off + 8 > n) return 0;
-  off &= FC_HELD_BYTES - 1;   /* < n: changes nothing, bounds the reads */
-  const __u8* id = d + off;   /* session_id 0, then session_epoch -1 */
+  off &= FC_HELD_BYTES - 1; /* < n: changes nothing, bounds the reads */
+  const __u8* id = d + off; /* session_id 0, then session_epoch -1 */
   return id[0] == 0 && id[1] == 0 && id[2] == 0 && id[3] == 0 && id[4] == 0xff && id[5] == 0xff &&
          id[6] == 0xff && id[7] == 0xff;
 }
@@ -1197,9 +1197,9 @@ static __always_inline int end_hold(struct conn_state* st, int report) {
 /* A receive of `ret` bytes at stream position `pos`, whose first `want` are at `buf`: held
  * (returns 1, no record now) if it is a whole sessionless Fetch request, or the size prefix of
  * one. A whole request of another kind that was read into a slot leaves from there. */
-static __always_inline int hold_request(struct conn_state* st, struct sock* sk, __u8 src,
-                                        __u64 pos, __u32 ret, __u32 want, __u64 buf,
-                                        __u64 pid_tgid, struct task_struct* task) {
+static __always_inline int hold_request(struct conn_state* st, struct sock* sk, __u8 src, __u64 pos,
+                                        __u32 ret, __u32 want, __u64 buf, __u64 pid_tgid,
+                                        struct task_struct* task) {
   struct request_slot* s = 0;
   __u32 n = ret;
   __u64 len = ret; /* clamped in asm: the verifier needs the bound on the copy's own register */
@@ -1301,8 +1301,8 @@ static __always_inline int start_skip(struct conn_state* st, __u8 src, __u64 buf
                                       __u64 pos, __u32 ret, __u64 pid_tgid,
                                       struct task_struct* task) {
   __u32 head = 0;
-  int framed = st->req_held == HELD_WHOLE && st->fold_len == 0 &&
-               first_word(src, buf, cnt, ret, &head);
+  int framed =
+      st->req_held == HELD_WHOLE && st->fold_len == 0 && first_word(src, buf, cnt, ret, &head);
   __u32 size = bpf_ntohl(head);
   __u64 end = pos + 4 + size;
   if (!framed || size < 8 || size > FC_MAX_RESPONSE || pos + ret > end) {
@@ -1371,12 +1371,10 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   const int kafka = st->policy.role == FC_ROLE_KAFKA_CLIENT && !st->tls;
   /* Quiet fetches: a send that may be a GET reports every held request before its own record;
    * a held request that this call does not continue (its rest, its response) leaves first. */
-  if (direction == FC_DIR_SEND && st->policy.role != FC_ROLE_KAFKA_CLIENT)
-    report_held_requests();
-  if (st->req_held &&
-      !(kafka && (direction == FC_DIR_RECV ? st->req_held == HELD_PREFIX && one_range
-                                           : st->req_held == HELD_WHOLE &&
-                                                 st->resp_state == RESP_NEXT)))
+  if (direction == FC_DIR_SEND && st->policy.role != FC_ROLE_KAFKA_CLIENT) report_held_requests();
+  if (st->req_held && !(kafka && (direction == FC_DIR_RECV
+                                      ? st->req_held == HELD_PREFIX && one_range
+                                      : st->req_held == HELD_WHOLE && st->resp_state == RESP_NEXT)))
     end_hold(st, 1);
   __u32 call_cap = st->policy.bytes_per_call;
   __u32 iov_cap = st->policy.bytes_per_iovec;
