@@ -1262,12 +1262,12 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
   return 1;
 }
 
-/* The first 4 bytes of a send (a Kafka response's size prefix), for the calls that have them
- * in their first buffer. */
-static __always_inline int first_word(__u8 src, __u64 buf, __u64 cnt, __u32 ret, __u32* word) {
-  if (ret < 4) return 0;
+/* The first 8 bytes of a send (a Kafka response's size prefix and correlation id), for the calls
+ * that have them in their first buffer. */
+static __always_inline int response_head(__u8 src, __u64 buf, __u64 cnt, __u32 ret, __u32* head) {
+  if (ret < 8) return 0;
   if (src == FC_SRC_WRITE || src == FC_SRC_SENDTO)
-    return bpf_probe_read_user(word, 4, (const void*)buf) == 0;
+    return bpf_probe_read_user(head, 8, (const void*)buf) == 0;
   __u64 iov_ptr = buf;
   if (src == FC_SRC_SENDMSG) {
     struct fc_user_msghdr msg;
@@ -1279,9 +1279,9 @@ static __always_inline int first_word(__u8 src, __u64 buf, __u64 cnt, __u32 ret,
   }
   struct fc_user_iovec iov;
   if (cnt == 0 || bpf_probe_read_user(&iov, sizeof(iov), (const void*)iov_ptr) != 0 ||
-      iov.iov_len < 4)
+      iov.iov_len < 8)
     return 0;
-  return bpf_probe_read_user(word, 4, (const void*)iov.iov_base) == 0;
+  return bpf_probe_read_user(head, 8, (const void*)iov.iov_base) == 0;
 }
 
 /* Bytes left out are reported by the next record in their direction; a connection that only
@@ -1294,16 +1294,21 @@ static __always_inline void report_skipped_if_large(struct conn_state* st, __u64
       emit_length_only(st, pid_tgid, task, src, st->pos[d], 0, d, 0);
 }
 
-/* The first send of the response to a held request (`ret` bytes at `pos`): left out with its
- * request if no store send reported that (returns 1), else the request has left and the
- * response is handled as any other (returns 0). */
+/* The first send of a response while a request is held (`ret` bytes at `pos`). If it answers
+ * that request (its correlation id: a client that pipelines may have sent another since) and no
+ * store send reported the request, both are left out (returns 1); else the request leaves now,
+ * if it has not, and the response is handled as any other (returns 0). */
 static __always_inline int start_skip(struct conn_state* st, __u8 src, __u64 buf, __u64 cnt,
                                       __u64 pos, __u32 ret, __u64 pid_tgid,
                                       struct task_struct* task) {
-  __u32 head = 0;
+  __u32 head[2] = {};
   int framed =
-      st->req_held == HELD_WHOLE && st->fold_len == 0 && first_word(src, buf, cnt, ret, &head);
-  __u32 size = bpf_ntohl(head);
+      st->req_held == HELD_WHOLE && st->fold_len == 0 && response_head(src, buf, cnt, ret, head);
+  if (framed) {
+    struct request_slot* s = request_slot_of(st);
+    framed = s && *(__u32*)(s->data + 8) == head[1];
+  }
+  __u32 size = bpf_ntohl(head[0]);
   __u64 end = pos + 4 + size;
   if (!framed || size < 8 || size > FC_MAX_RESPONSE || pos + ret > end) {
     end_hold(st, 1);

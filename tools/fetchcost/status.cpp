@@ -72,6 +72,16 @@ int run_status(const StatusOptions& o) {
   std::printf("events      %s captured, %s handled, drops %llu (per cpu: %s)\n",
               str(s, "events").c_str(), str(s, "handled_events").c_str(),
               static_cast<unsigned long long>(drops), per_cpu.empty() ? "-" : per_cpu.c_str());
+  if (s.contains("quiet_fetches")) {  // capture.skip_quiet_fetches
+    const auto& q = s["quiet_fetches"];
+    if (q.value("enabled", false))
+      std::printf("quiet       %llu fetches left out (no object-store call in their window)\n",
+                  static_cast<unsigned long long>(q.value("left_out", std::uint64_t{0})));
+    else
+      std::printf(
+          "quiet       every fetch recorded (capture.skip_quiet_fetches off, or the "
+          "syscall variant)\n");
+  }
   if (s.contains("ring_reader") && s["ring_reader"].contains("spool_limit_bytes")) {
     const auto& r = s["ring_reader"];
     constexpr double kMiB = 1 << 20;

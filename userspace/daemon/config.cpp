@@ -131,9 +131,10 @@ Result<Config> parse_config(std::string_view text) {
     r.get(doc["audit_log"], "keep", "audit_log.keep", c.audit_log_keep);
   }
   if (doc.contains("capture") &&
-      r.check_keys(doc["capture"], "capture",
-                   {"ring_kib_per_cpu", "capture_bytes", "tls_libraries", "drain_nice",
-                    "realtime_reader", "pass_interval_ms", "drain_yields", "program_stats"})) {
+      r.check_keys(
+          doc["capture"], "capture",
+          {"ring_kib_per_cpu", "capture_bytes", "tls_libraries", "drain_nice", "realtime_reader",
+           "pass_interval_ms", "drain_yields", "program_stats", "skip_quiet_fetches"})) {
     r.get(doc["capture"], "ring_kib_per_cpu", "capture.ring_kib_per_cpu", c.ring_kib_per_cpu);
     r.get(doc["capture"], "capture_bytes", "capture.capture_bytes", c.capture_bytes);
     r.get(doc["capture"], "tls_libraries", "capture.tls_libraries", c.tls_libraries);
@@ -142,6 +143,7 @@ Result<Config> parse_config(std::string_view text) {
     r.get(doc["capture"], "pass_interval_ms", "capture.pass_interval_ms", c.pass_interval_ms);
     r.get(doc["capture"], "drain_yields", "capture.drain_yields", c.drain_yields);
     r.get(doc["capture"], "program_stats", "capture.program_stats", c.program_stats);
+    r.get(doc["capture"], "skip_quiet_fetches", "capture.skip_quiet_fetches", c.skip_quiet_fetches);
   }
   if (doc.contains("budgets") &&
       r.check_keys(doc["budgets"], "budgets",

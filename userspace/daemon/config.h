@@ -17,7 +17,7 @@
 //     "capture": {"ring_kib_per_cpu": 4096, "capture_bytes": 4096,
 //                 "tls_libraries": ["openssl", "gnutls"], "drain_nice": 0,
 //                 "realtime_reader": true, "pass_interval_ms": 100, "drain_yields": true,
-//                 "program_stats": false},
+//                 "program_stats": false, "skip_quiet_fetches": true},
 //     "attribution_enabled": true,
 //     "budgets": {"limits": [{"client_id": "scanner", "per_hour": 0.5},
 //                            {"group_id": "analytics", "per_hour": 2}],
@@ -84,6 +84,8 @@ struct Config {
   // The kernel times every run of the BPF programs while fetchcostd runs, for the
   // fetchcost_bpf_program_* metrics (capture::Options::program_stats).
   bool program_stats = false;
+  // Leave out the fetches no GET can belong to (capture::Options::skip_quiet_fetches).
+  bool skip_quiet_fetches = true;
   std::vector<std::string> tls_libraries = {"openssl", "gnutls"};
   bool attribution_enabled = true;
   BudgetConfig budgets;

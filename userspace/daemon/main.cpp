@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
   bool no_realtime_reader = false;
   bool no_drain_yield = false;
   bool program_stats = false;
+  bool skip_quiet_fetches = true;
   int pass_interval_ms = 100;
   std::vector<std::string> tls_skip;
   std::string variant = "auto";
@@ -148,6 +149,10 @@ int main(int argc, char** argv) {
   app.add_flag("--program-stats", program_stats,
                "Have the kernel time the BPF programs' runs while fetchcostd runs "
                "(fetchcost_bpf_program_* metrics; two clock reads per run)");
+  app.add_option("--skip-quiet-fetches", skip_quiet_fetches,
+                 "Leave out sessionless fetches answered while the broker made no object-store "
+                 "call (no GET can belong to them): no records for them (true or false)")
+      ->capture_default_str();
   app.add_option("--capture-variant", variant,
                  "Socket hooks: auto, sock-tracepoints (Linux >= 6.3), syscall-tracepoints (exit "
                  "programs, Linux >= 5.15; else as syscall-entry-exit) or syscall-entry-exit "
@@ -185,6 +190,7 @@ int main(int argc, char** argv) {
     if (!config.realtime_reader) no_realtime_reader = true;
     if (!config.drain_yields) no_drain_yield = true;
     if (config.program_stats) program_stats = true;
+    if (app.count("--skip-quiet-fetches") == 0) skip_quiet_fetches = config.skip_quiet_fetches;
     if (app.count("--pass-interval-ms") == 0) pass_interval_ms = config.pass_interval_ms;
     auto listed = [&](const std::string& lib) {
       return std::find(config.tls_libraries.begin(), config.tls_libraries.end(), lib) !=
@@ -197,6 +203,7 @@ int main(int argc, char** argv) {
   }
   if (!listen.empty()) config.listen = listen;
   config.program_stats = program_stats;  // the flag's, as the status API reports it
+  config.skip_quiet_fetches = skip_quiet_fetches;
   // Discovery never finds this process; a pid given by hand could be it (Capture refuses it).
   if (std::find(pids.begin(), pids.end(), static_cast<int>(getpid())) != pids.end()) {
     std::fprintf(stderr,
@@ -225,6 +232,7 @@ int main(int argc, char** argv) {
   options.pass_interval_ms = pass_interval_ms;
   options.drain_yields = !no_drain_yield;
   options.program_stats = program_stats;
+  options.skip_quiet_fetches = skip_quiet_fetches;
   auto service = fc::daemon::Service::create(config);
   if (!service) {
     std::fprintf(stderr, "fetchcostd: %s\n", service.error().message.c_str());
@@ -246,7 +254,10 @@ int main(int argc, char** argv) {
           c.kind == FC_EVENT_TLS_DATA ? "tls" : "data", c.tgid, c.tid, FC_COMM_LEN, c.comm,
           static_cast<unsigned long long>(c.conn_id), c.generation, c.fd,
           direction_name(d.direction), d.source, static_cast<unsigned long long>(d.stream_pos),
-          d.length, d.captured, d.nsegs, c.flags, ev.folded ? " folded" : "");
+          d.length, d.captured, d.nsegs, c.flags,
+          ev.folded    ? " folded"
+          : ev.skipped ? " left-out"
+                       : "");
     } else if (ev.conn) {
       const fc_conn_event& k = *ev.conn;
       std::printf("%s pid=%u conn=%#llx gen=%u fd=%d origin=%u local=%s peer=%s\n",

@@ -84,6 +84,7 @@ capture::EventView ReorderWindow::view_of(const Key& key) const {
     view.payload = {at + sizeof(Stored) + sizeof(fc_data_event), stored.payload};
     view.segments = {d->segs, stored.nsegs};
     view.folded = stored.folded != 0;
+    view.skipped = d->source == FC_SRC_SKIPPED;
     return view;
   }
   const auto* c = reinterpret_cast<const fc_conn_event*>(at + sizeof(Stored));

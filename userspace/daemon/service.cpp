@@ -421,6 +421,7 @@ struct Service::Impl {
     m.version = kVersion;
     m.attribution_enabled = enabled;
     m.events = events.load(std::memory_order_relaxed);
+    m.quiet_fetches = capture_status.totals.quiet_fetches;
     m.config_errors = config_errors;
     m.drain_wait_seconds = static_cast<double>(drain_wait_ns) / 1e9;
     m.spool_bytes = capture_status.spool_bytes;
@@ -620,6 +621,10 @@ struct Service::Impl {
       doc["folded_sendfiles"] = capture_status.totals.folded;
       doc["tls_ciphertext_calls_skipped"] = capture_status.totals.ciphertext_skipped;
       doc["responses_not_gathered"] = capture_status.totals.gather_no_slot;
+      doc["quiet_fetches"] = {
+          {"enabled", config.skip_quiet_fetches &&
+                          capture_status.variant == capture::Variant::kSockTracepoints},
+          {"left_out", capture_status.totals.quiet_fetches}};
       doc["handled_events"] = events.load(std::memory_order_relaxed);
       doc["drain"] = {{"wait_seconds_total", static_cast<double>(drain_wait_ns) / 1e9},
                       {"wait_max_seconds", static_cast<double>(drain_wait_max_ns) / 1e9},

@@ -28,6 +28,8 @@ namespace fc::exporter {
 struct SelfMetrics {
   std::vector<std::uint64_t> ring_drops_per_cpu;
   std::uint64_t events = 0;
+  // Fetches the capture left out whole (capture::Options::skip_quiet_fetches).
+  std::uint64_t quiet_fetches = 0;
   std::map<std::string, std::uint64_t> parse_errors;  // by decoder ("kafka", "http")
   std::uint64_t reads_exact = 0;
   std::uint64_t reads_estimated = 0;

@@ -207,6 +207,10 @@ void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
   single(w, "fetchcost_sensor_memory_bytes", "Approximate memory of the sensors", Type::kGauge,
          std::uint64_t{stats.approx_memory_bytes});
   single(w, "fetchcost_events_total", "Capture events handled", Type::kCounter, self.events);
+  single(w, "fetchcost_quiet_fetches_total",
+         "Fetches the capture left out whole (capture.skip_quiet_fetches): sessionless, answered "
+         "while the broker made no object-store call, so no remote read can belong to them",
+         Type::kCounter, self.quiet_fetches);
   header(w, "fetchcost_ring_drops_total",
          "Capture events lost because a CPU's ring buffer was full", Type::kCounter);
   for (std::size_t cpu = 0; cpu < self.ring_drops_per_cpu.size(); ++cpu)

@@ -930,6 +930,28 @@ void Decoder::data(std::uint64_t connection, Direction direction, std::uint64_t 
   }
 }
 
+void Decoder::skip(std::uint64_t connection, Direction direction, std::uint64_t time_ns,
+                   std::uint64_t position, std::uint64_t length) {
+  Impl& im = *impl_;
+  Connection& c = im.last_connection && im.last_connection->id == connection
+                      ? *im.last_connection
+                      : im.connection(connection, false);
+  im.last_connection = &c;
+  DirectionState& d = direction == Direction::kRequest ? c.requests : c.responses;
+  stream::ByteStream& s = d.stream;
+  if (s.started() && (s.position() != position || s.resolved_end() != position)) {
+    data(connection, direction, time_ns, position, length, {});  // out of step: a hole
+    return;
+  }
+  im.now_ns = time_ns;
+  c.last_time_ns = time_ns;
+  if (!s.started()) s.set_start(position);
+  s.add(position, length, {});
+  s.advance_to(position + length);
+  d.mode = Mode::kFrameStart;  // the capture left out whole messages: a frame starts here
+  ++im.counters.left_out_runs;
+}
+
 void Decoder::close_gaps(std::uint64_t time_ns) {
   Impl& im = *impl_;
   im.now_ns = time_ns;

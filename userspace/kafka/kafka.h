@@ -178,6 +178,7 @@ struct Counters {
   std::uint64_t sasl_frames = 0;          // skipped, never retained
   std::uint64_t opaque_frames = 0;        // request frames without a Kafka header (raw SASL)
   std::uint64_t session_misses = 0;       // incremental fetch for a session we never saw
+  std::uint64_t left_out_runs = 0;        // runs of whole messages the capture left out (skip)
 };
 
 class Decoder {
@@ -196,6 +197,11 @@ class Decoder {
   // request comes, while nothing else is in flight on the connection.
   void data(std::uint64_t connection, Direction direction, std::uint64_t time_ns,
             std::uint64_t position, std::uint64_t length, std::span<const std::uint8_t> captured);
+  // `length` bytes at `position` of one direction are whole messages the capture left out (quiet
+  // fetches): a frame starts right after them. Decoded up to `position`, the stream moves past
+  // them in step; otherwise they are a hole like any other.
+  void skip(std::uint64_t connection, Direction direction, std::uint64_t time_ns,
+            std::uint64_t position, std::uint64_t length);
   // The missing pieces of every stream will not come (e.g. after draining all ring buffers).
   void close_gaps(std::uint64_t time_ns);
   // Emits unanswered requests and forgets the connection.

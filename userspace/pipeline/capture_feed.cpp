@@ -74,6 +74,7 @@ void CaptureFeed::on_event(const capture::EventView& event) {
   p.position = d.stream_pos;
   p.length = d.length;
   p.captured = segments_;
+  p.whole_messages = event.skipped;
   pipeline_.piece(p);
 }
 

@@ -391,6 +391,10 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     switch (conn.role) {
       case Role::kKafka: {
         const auto dir = p.to_target ? kafka::Direction::kRequest : kafka::Direction::kResponse;
+        if (p.whole_messages) {
+          decoder.skip(id, dir, p.time_ns, p.position, p.length);
+          break;
+        }
         for_each_run(p, [&](std::uint64_t pos, std::uint64_t len, std::span<const std::uint8_t> b) {
           decoder.data(id, dir, p.time_ns, pos, len, b);
         });

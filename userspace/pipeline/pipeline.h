@@ -75,6 +75,9 @@ struct Piece {
   std::uint64_t position = 0;         // stream position of the call's first byte
   std::uint64_t length = 0;           // bytes moved
   std::span<const Segment> captured;  // ascending, inside [position, position + length)
+  // Whole Kafka messages the capture left out (quiet fetches; nothing captured): a message
+  // starts right after them.
+  bool whole_messages = false;
 };
 
 struct PipelineStats {

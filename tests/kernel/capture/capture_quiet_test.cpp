@@ -187,9 +187,15 @@ bool run_exchange(const Pair& kafka, const Pair& store, const Exchange& e) {
   return wait_inq(kafka.client, total) && read(kafka.client, sink.data(), total) == ssize_t(total);
 }
 
+// Each answer carries its request's correlation id, as Kafka's do.
+std::vector<Exchange> answered(std::vector<Exchange> list) {
+  for (auto& e : list) e.answer.head.replace(4, 4, e.request.substr(8, 4));
+  return list;
+}
+
 // What happens on the Kafka connection, in order; which exchanges are quiet is in kQuiet.
 std::vector<Exchange> exchanges() {
-  return {
+  return answered({
       {fetch_request(11, 1, 0, -1), false, false, response(30, 1000, 10)},  // quiet
       {fetch_request(4, 2, 0, -1), true, false, response(60, 0, 20)},       // quiet, read split
       {fetch_request(11, 3, 0, -1), false, true, response(30, 2000, 30)},   // a GET in between
@@ -197,9 +203,34 @@ std::vector<Exchange> exchanges() {
       {other_request(5), false, false, response(40, 0, 50)},                // not a fetch
       {fetch_request(11, 6, 0, -1), true, false, response(24, 700, 60)},    // quiet, read split
       {fetch_request(11, 7, 0, -1), false, true, response(24, 0, 70)},      // a GET in between
-  };
+  });
 }
 const bool kQuiet[] = {true, true, false, false, false, true, false};
+
+// Then a client that pipelines: two sessionless fetches read before either is answered. The
+// first is held, the second's arrival reports it; the first's answer (its correlation id is not
+// the held one's) reports the second: both have their records, nothing is left out.
+std::vector<Exchange> pipelined() {
+  return answered({{fetch_request(11, 8, 0, -1), false, false, response(30, 300, 80)},
+                   {fetch_request(11, 9, 0, -1), false, false, response(30, 400, 90)}});
+}
+
+bool run_pipelined(const Pair& kafka) {
+  std::size_t answers = 0;
+  for (const auto& e : pipelined()) {
+    const std::size_t n = e.request.size();
+    std::string got(n, '\0');
+    if (write(kafka.client, e.request.data(), n) != ssize_t(n) || !wait_inq(kafka.server, n) ||
+        read(kafka.server, got.data(), n) != ssize_t(n) || got != e.request)
+      return false;
+    answers += e.answer.head.size() + e.answer.file.size();
+  }
+  for (const auto& e : pipelined())
+    if (!send_response(kafka.server, e.answer)) return false;
+  std::string sink(answers, '\0');
+  return wait_inq(kafka.client, answers) &&
+         read(kafka.client, sink.data(), answers) == ssize_t(answers);
+}
 
 int quiet_scenario(Child& self) {
   Pair kafka, store;
@@ -208,6 +239,7 @@ int quiet_scenario(Child& self) {
   self.wait_parent();  // the listener is a Kafka port now
   for (const auto& e : exchanges())
     if (!run_exchange(kafka, store, e)) return 11;
+  if (!run_pipelined(kafka)) return 12;
   self.report(kafka.client_port);
   self.report(store.client_port);
   self.wait_parent();
@@ -298,6 +330,10 @@ TEST_CASE("quiet fetches are left out whole; a store send reports the held reque
     requests += e.request;
     responses += e.answer.head + e.answer.file;
   }
+  for (const auto& e : pipelined()) {
+    requests += e.request;
+    responses += e.answer.head + e.answer.file;
+  }
 
   // Both streams: the records and the stand-ins tile them, every captured byte as sent. A run
   // of quiet fetches is reported by the next record in each direction.
@@ -328,7 +364,7 @@ TEST_CASE("quiet fetches are left out whole; a store send reports the held reque
     }
     if (r.common.conn_id == store && r.data.direction == FC_DIR_SEND) get_at.push_back(i);
   }
-  REQUIRE(request_records.size() == 4);  // exchanges 3, 4, 5 and 7
+  REQUIRE(request_records.size() == 6);  // exchanges 3, 4, 5 and 7; the two pipelined
   REQUIRE(get_at.size() == 2);
   CHECK(request_records[0]->payload == all[2].request);
   CHECK(request_records[0]->data.c.skipped_before == skipped_requests[0]);
@@ -338,6 +374,8 @@ TEST_CASE("quiet fetches are left out whole; a store send reports the held reque
   CHECK(request_records[3]->payload == all[6].request);
   CHECK(request_records[3]->data.c.skipped_before == skipped_requests[1]);
   CHECK(request_at[3] < get_at[1]);
+  CHECK(request_records[4]->payload == pipelined()[0].request);
+  CHECK(request_records[5]->payload == pipelined()[1].request);
   CHECK(col.capture->totals().quiet_fetches == 3);
 
   // The close reports every byte, the quiet fetches' included.
@@ -377,6 +415,7 @@ TEST_CASE("without skip_quiet_fetches every fetch has its records") {
   REQUIRE(conn != 0);
   std::string requests;
   for (const auto& e : exchanges()) requests += e.request;
+  for (const auto& e : pipelined()) requests += e.request;
   const auto skipped = check_tiles(direction_of(col, conn, FC_DIR_RECV), requests);
   CHECK(skipped.empty());
   CHECK(col.capture->totals().quiet_fetches == 0);

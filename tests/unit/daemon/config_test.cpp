@@ -16,6 +16,7 @@ TEST_CASE("an empty config gives the documented defaults") {
   CHECK(c->pass_interval_ms == 100);
   CHECK(c->drain_yields);
   CHECK_FALSE(c->program_stats);
+  CHECK(c->skip_quiet_fetches);
   CHECK(c->log_dirs_inotify);
   CHECK(c->log_dirs_rescan_seconds == 30);
 }
@@ -24,7 +25,7 @@ TEST_CASE("fields are read, and every error names its field") {
   auto c = parse_config(R"({"kafka_ports":[9092,9093],"object_store":{"ports":[9000]},
       "sensors":{"max_sensors":5,"partition_label":true},"audit_log":{"path":"/tmp/a"},
       "capture":{"drain_nice":-5,"realtime_reader":false,"pass_interval_ms":25,
-                  "drain_yields":false,"program_stats":true},
+                  "drain_yields":false,"program_stats":true,"skip_quiet_fetches":false},
       "log_dirs_inotify":false,"log_dirs_rescan_seconds":5})");
   REQUIRE(c.ok());
   CHECK(c->kafka_ports == std::vector<std::uint16_t>{9092, 9093});
@@ -37,6 +38,7 @@ TEST_CASE("fields are read, and every error names its field") {
   CHECK(c->pass_interval_ms == 25);
   CHECK_FALSE(c->drain_yields);
   CHECK(c->program_stats);
+  CHECK_FALSE(c->skip_quiet_fetches);
   CHECK_FALSE(c->log_dirs_inotify);
   CHECK(c->log_dirs_rescan_seconds == 5);
 
@@ -58,6 +60,7 @@ TEST_CASE("fields are read, and every error names its field") {
       {R"({"capture":{"pass_interval_ms":500}})", "capture.pass_interval_ms"},
       {R"({"capture":{"drain_yields":1}})", "capture.drain_yields"},
       {R"({"capture":{"program_stats":"on"}})", "capture.program_stats"},
+      {R"({"capture":{"skip_quiet_fetches":"yes"}})", "capture.skip_quiet_fetches"},
       {R"({"log_dirs_inotify":"no"})", "log_dirs_inotify"},
       {R"({"log_dirs_rescan_seconds":0})", "log_dirs_rescan_seconds"},
       {R"({"listen":"9464"})", "\"listen\""},

@@ -175,3 +175,90 @@ TEST_CASE("a hole inside a request body truncates it; framing holds") {
   CHECK(ex.fetch.partitions.size() == 9);  // the response still lists every partition
   CHECK(decoder.counters().resyncs == 0);
 }
+
+namespace {
+
+// Conversations of request/response pairs, one after another (the shape a consumer's fetch
+// connection has, where the capture may leave out whole exchanges: quiet fetches).
+std::vector<json> alternating_conversations() {
+  std::vector<json> out;
+  for (const auto& c : all_conversations()) {
+    auto frames = frames_of(c);
+    if (frames.size() < 4 || c["expect"].size() * 2 != frames.size()) continue;
+    bool alternating = true;
+    for (std::size_t i = 0; i < frames.size(); ++i)
+      alternating &= frames[i].direction == (i % 2 ? Direction::kResponse : Direction::kRequest);
+    if (alternating) out.push_back(c);
+  }
+  return out;
+}
+
+// Feeds the frames whole, except exchange `left_out`, whose request and response come as runs
+// left out by the capture (Decoder::skip).
+void feed_leaving_out(Decoder& decoder, const std::vector<Frame>& frames, std::size_t left_out,
+                      bool opened) {
+  const std::uint64_t conn = 7;
+  if (opened) decoder.open(conn, 1);
+  std::uint64_t pos[2] = {0, 0};
+  std::uint64_t time = 1000;
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    const Frame& f = frames[i];
+    const int d = f.direction == Direction::kRequest ? 0 : 1;
+    if (i / 2 == left_out)
+      decoder.skip(conn, f.direction, time++, pos[d], f.bytes.size());
+    else
+      decoder.data(conn, f.direction, time++, pos[d], f.bytes.size(), f.bytes);
+    pos[d] += f.bytes.size();
+  }
+  decoder.close(conn, time);
+}
+
+}  // namespace
+
+TEST_CASE("exchanges the capture left out whole: the frames after them decode in step") {
+  std::size_t tried = 0;
+  for (const auto& c : alternating_conversations()) {
+    const auto frames = frames_of(c);
+    const std::size_t pairs = frames.size() / 2;
+    for (std::size_t left_out : {std::size_t{0}, std::size_t{1}, pairs - 1}) {
+      // Topic ids resolve through a Metadata exchange: it must not be the one left out.
+      if (left_out == 0 && c["expect"][0]["api_key"] == 3) continue;
+      // Only sessionless fetches are ever left out: a session's fetches carry state forward.
+      const json& e = c["expect"][left_out];
+      if (e.contains("fetch") && e["fetch"].value("session_epoch", -1) != -1) continue;
+      for (bool opened : {true, false}) {
+        if (!opened && left_out != 0) continue;  // unopened, the first frame resynchronises
+        INFO("conversation " << c["name"].get<std::string>() << " left out " << left_out
+                             << std::string(opened ? " (opened)" : " (first seen through data)"));
+        ++tried;
+        Collector sink;
+        Decoder decoder(sink);
+        feed_leaving_out(decoder, frames, left_out, opened);
+        REQUIRE(sink.exchanges.size() == pairs - 1);
+        for (std::size_t i = 0, k = 0; i < pairs; ++i)
+          if (i != left_out) check_exchange(c["expect"][i], sink.exchanges[k++]);
+        CHECK(decoder.counters().resyncs == 0);
+        CHECK(decoder.counters().resync_bytes == 0);
+        CHECK(decoder.counters().left_out_runs == 2);
+      }
+    }
+  }
+  CHECK(tried >= 10);
+}
+
+TEST_CASE("a run left out where the stream does not stand is a hole like any other") {
+  const auto conversations = alternating_conversations();
+  REQUIRE(!conversations.empty());
+  const auto frames = frames_of(conversations.front());
+  Collector sink;
+  Decoder decoder(sink);
+  decoder.open(7, 1);
+  // The first request's first 6 bytes arrive, the rest never does; a run left out is reported
+  // after it, as if it began there: the decoder cannot be in step, so it resynchronises.
+  const auto& first = frames[0].bytes;
+  decoder.data(7, Direction::kRequest, 10, 0, 6, std::span(first.data(), 6));
+  decoder.skip(7, Direction::kRequest, 11, first.size(), 40);
+  CHECK(decoder.counters().left_out_runs == 0);
+  decoder.close(7, 12);
+  CHECK(sink.exchanges.size() <= 1);
+}
