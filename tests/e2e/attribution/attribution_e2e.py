@@ -201,6 +201,14 @@ def main():
         if status["responses_not_gathered"] != 0:
             fail(f"{status['responses_not_gathered']} Kafka responses found no free gather slot")
         print(f"TLS connections' socket calls counted, not recorded: {skipped}")
+        # Quiet fetches (capture.skip_quiet_fetches, on by default; sock variant): the tenants'
+        # local fetches answered while the broker made no GET are left out, and the per-client
+        # figures below must still equal the ledger.
+        quiet = status["quiet_fetches"]
+        sock = status["variant"] == "sock-tracepoints"
+        print(f"quiet fetches: {quiet}")
+        if quiet["enabled"] != sock or (quiet["left_out"] > 0) != sock:
+            fail(f"quiet fetches {quiet} with the {status['variant']} variant")
         if (skipped > 0) != (args.transport == "openssl"):
             fail(f"{skipped} socket calls of TLS-probed connections skipped with the "
                  f"{args.transport} transport")
