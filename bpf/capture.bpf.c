@@ -231,8 +231,19 @@ struct {
   __type(key, __u32);
   __type(value, struct request_slot);
 } request_slots SEC(".maps");
-/* One bit per HELD request slot: what a store send reports before its own record. */
-__u64 held_bits[FC_HELD_WORDS] = {};
+/* One bit per HELD request slot: what a store send reports before its own record. Slot i is bit
+ * i / FC_HELD_WORDS of word i % FC_HELD_WORDS, and each word has a cache line of its own (the
+ * stride of 8): connections' slots are consecutive (socket cookies are), so the broker's threads
+ * holding requests on different CPUs set and clear bits in different lines, not in one line
+ * bounced between the CPUs twice per fetch. */
+#define FC_HELD_STRIDE 8
+__u64 held_bits[FC_HELD_WORDS * FC_HELD_STRIDE] = {};
+static __always_inline __u64* held_word(__u32 i) {
+  return &held_bits[(i % FC_HELD_WORDS) * FC_HELD_STRIDE];
+}
+static __always_inline __u64 held_bit(__u32 i) {
+  return 1ULL << ((i / FC_HELD_WORDS) & 63);
+}
 
 /* (tgid, fd) -> the last connection seen on it, for generations. */
 struct fd_key {
@@ -1128,7 +1139,7 @@ static __always_inline void free_request_slot(struct request_slot* s) {
 }
 
 static __always_inline void unlist_request_slot(__u32 i) {
-  __sync_fetch_and_and(&held_bits[(i / 64) & (FC_HELD_WORDS - 1)], ~(1ULL << (i & 63)));
+  __sync_fetch_and_and(held_word(i), ~held_bit(i));
 }
 
 /* The request's record, as it would have been written when it arrived. */
@@ -1150,10 +1161,10 @@ __noinline int report_held_slot(__u32 i) {
 
 __noinline int report_held_word(__u32 w) {
   w &= FC_HELD_WORDS - 1;
-  __u64 word = held_bits[w];
+  __u64 word = held_bits[w * FC_HELD_STRIDE];
   for (__u32 k = 0; k < 64; k++) {
     if (!(word >> k)) break;
-    if ((word >> k) & 1) report_held_slot(w * 64 + k);
+    if ((word >> k) & 1) report_held_slot(k * FC_HELD_WORDS + w);
   }
   return 0;
 }
@@ -1162,7 +1173,7 @@ __noinline int report_held_word(__u32 w) {
 static __always_inline void report_held_requests(void) {
 #pragma unroll
   for (int w = 0; w < FC_HELD_WORDS; w++)
-    if (held_bits[w]) report_held_word(w);
+    if (held_bits[w * FC_HELD_STRIDE]) report_held_word(w);
 }
 
 static __always_inline struct request_slot* request_slot_of(struct conn_state* st) {
@@ -1219,15 +1230,12 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
     s->hdr.source = src;
     s->hdr.length = n;
   } else {
+    /* Bytes left out are reported by the next record in their direction (skipped_before, 32
+     * bits): past 1 GiB of them, requests are recorded until one has reported them. */
     if (!cfg_skip_quiet_fetches || !sk || want != ret || st->resp_state != RESP_NEXT ||
-        st->gathering || (ret != 4 && (ret < 26 || ret > FC_HELD_BYTES)))
+        st->gathering || (ret != 4 && (ret < 26 || ret > FC_HELD_BYTES)) ||
+        (st->skipped[FC_DIR_RECV] | st->skipped[FC_DIR_SEND]) >= (1U << 30))
       return 0;
-    if (ret != 4) { /* a Fetch, whole in this call: anything else is recorded as ever */
-      __u8 head[8];
-      if (bpf_probe_read_user(head, sizeof(head), (const void*)buf) != 0 || head[4] != 0 ||
-          head[5] != 1 || bpf_ntohl(*(__u32*)head) + 4 != ret)
-        return 0;
-    }
     __u32 i = 0;
     s = (struct request_slot*)claim_in(&request_slots, FC_REQUEST_SLOTS - 1, st->conn_id, &i);
     if (!s) return 0;
@@ -1256,8 +1264,7 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
     return 1;
   }
   __sync_lock_test_and_set(&s->state, SLOT_HELD);
-  __sync_fetch_and_or(&held_bits[(st->req_slot / 64) & (FC_HELD_WORDS - 1)],
-                      1ULL << (st->req_slot & 63));
+  __sync_fetch_and_or(held_word(st->req_slot), held_bit(st->req_slot));
   st->req_held = HELD_WHOLE;
   return 1;
 }
@@ -1284,14 +1291,13 @@ static __always_inline int response_head(__u8 src, __u64 buf, __u64 cnt, __u32 r
   return bpf_probe_read_user(head, 8, (const void*)iov.iov_base) == 0;
 }
 
-/* Bytes left out are reported by the next record in their direction; a connection that only
- * ever has quiet fetches gets an empty record before the count nears the field's 4 GiB. */
-static __always_inline void report_skipped_if_large(struct conn_state* st, __u64 pid_tgid,
-                                                    struct task_struct* task, __u8 src) {
-#pragma unroll
-  for (__u8 d = 0; d < 2; d++)
-    if (st->skipped[d] >= (1ULL << 30))
-      emit_length_only(st, pid_tgid, task, src, st->pos[d], 0, d, 0);
+/* Whether this call continues the connection's held request: the rest of its size prefix (a
+ * one-range receive), or the first send of a response. */
+static __always_inline int continues_hold(struct conn_state* st, __u8 src, __u8 direction) {
+  if (st->policy.role != FC_ROLE_KAFKA_CLIENT || st->tls) return 0;
+  if (direction == FC_DIR_RECV)
+    return st->req_held == HELD_PREFIX && (src == FC_SRC_READ || src == FC_SRC_RECVFROM);
+  return st->req_held == HELD_WHOLE && st->resp_state == RESP_NEXT;
 }
 
 /* The first send of a response while a request is held (`ret` bytes at `pos`). If it answers
@@ -1320,9 +1326,11 @@ static __always_inline int start_skip(struct conn_state* st, __u8 src, __u64 buf
     st->skipped[FC_DIR_SEND] += ret;
     st->resp_state = RESP_NEXT;
     count(FC_COUNTER_QUIET_FETCHES);
-    report_skipped_if_large(st, pid_tgid, task, src);
   } else {
+    /* Its later sends up to its end only move the position (fold_continuation, before the
+     * task's registers are read); the next call on the connection finishes it (finish_skip). */
     st->resp_end = end;
+    st->fold_to = end;
     st->resp_state = RESP_SKIP;
   }
   return 1;
@@ -1331,20 +1339,10 @@ static __always_inline int start_skip(struct conn_state* st, __u8 src, __u64 buf
 /* A send inside a response left out: returns 1 if it is one (its bytes are left out too), 0
  * if it runs past the response's end (the framing was wrong: the bytes left out so far become
  * a hole before this send, and it is handled as any other). */
-static __always_inline int skip_send(struct conn_state* st, struct sock* sk, __u8 src, __u64 pos,
-                                     __u32 ret, __u64 cnt, __u64 pid_tgid,
-                                     struct task_struct* task) {
+static __always_inline int skip_send(struct conn_state* st, __u64 pos, __u32 ret) {
   __u64 end = pos + ret;
-  if (end < st->resp_end) {
-    if (src == FC_SRC_SENDFILE && sk) expect_splices(st, pos, cnt);
-    return 1;
-  }
-  if (end == st->resp_end) {
-    st->skipped[FC_DIR_SEND] += end - st->skip_from;
-    st->fold_len = 0; /* fold_continuation's splices: inside the response left out */
-    st->resp_state = RESP_NEXT;
-    count(FC_COUNTER_QUIET_FETCHES);
-    report_skipped_if_large(st, pid_tgid, task, src);
+  if (end <= st->resp_end) {
+    st->fold_to = st->resp_end; /* again: a receive in the middle ended the fast path */
     return 1;
   }
   st->fold_len = (__u32)(pos - st->skip_from); /* < FC_MAX_RESPONSE */
@@ -1352,11 +1350,29 @@ static __always_inline int skip_send(struct conn_state* st, struct sock* sk, __u
   return 0;
 }
 
-/* The connection is closing (or leaves the Kafka framing) inside a response left out: what was
- * left out of it becomes a hole, reported as folded bytes. */
+/* The response left out has been sent whole (its last bytes may have come through
+ * fold_continuation, which only moves the position): its bytes join the count the next send
+ * record reports, and the connection waits for the next response. */
+static __always_inline void finish_skip(struct conn_state* st) {
+  st->skipped[FC_DIR_SEND] += st->resp_end - st->skip_from;
+  st->fold_len = 0;        /* fold_continuation's bytes: inside the response left out */
+  st->folds_uncounted = 0; /* not sendfiles folded into a record */
+  st->fold_to = 0;
+  st->resp_state = RESP_NEXT;
+  count(FC_COUNTER_QUIET_FETCHES);
+}
+
+/* The connection is closing (or leaves the Kafka framing) while a response is left out: sent
+ * whole, it is finished; else what was left out of it becomes a hole, reported as folded bytes. */
 static __always_inline void abandon_skip(struct conn_state* st) {
   if (st->resp_state != RESP_SKIP) return;
+  if (st->pos[FC_DIR_SEND] == st->resp_end) {
+    finish_skip(st);
+    return;
+  }
   st->fold_len = (__u32)(st->pos[FC_DIR_SEND] - st->skip_from);
+  st->folds_uncounted = 0;
+  st->fold_to = 0;
   st->resp_state = RESP_UNKNOWN;
 }
 
@@ -1371,16 +1387,11 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
     resolve_policy(st, t);
   }
   __u64 pos = __sync_fetch_and_add(&st->pos[direction & 1], (__u64)ret);
-  const int one_range =
-      src == FC_SRC_READ || src == FC_SRC_WRITE || src == FC_SRC_SENDTO || src == FC_SRC_RECVFROM;
-  const int kafka = st->policy.role == FC_ROLE_KAFKA_CLIENT && !st->tls;
   /* Quiet fetches: a send that may be a GET reports every held request before its own record;
-   * a held request that this call does not continue (its rest, its response) leaves first. */
+   * a held request that this call does not continue (its rest, its response) leaves first.
+   * Nothing computed here stays live below: the verifier would carry it through every path. */
   if (direction == FC_DIR_SEND && st->policy.role != FC_ROLE_KAFKA_CLIENT) report_held_requests();
-  if (st->req_held && !(kafka && (direction == FC_DIR_RECV
-                                      ? st->req_held == HELD_PREFIX && one_range
-                                      : st->req_held == HELD_WHOLE && st->resp_state == RESP_NEXT)))
-    end_hold(st, 1);
+  if (st->req_held && !continues_hold(st, src, direction)) end_hold(st, 1);
   __u32 call_cap = st->policy.bytes_per_call;
   __u32 iov_cap = st->policy.bytes_per_iovec;
   if (st->policy.bulk_from) { /* inside a bulk run: a message body, copy only a prefix */
@@ -1423,6 +1434,10 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
     }
   }
 
+  /* A response left out, sent whole by now: counted before this call is handled. */
+  if (st->resp_state == RESP_SKIP &&
+      (direction == FC_DIR_SEND ? pos : st->pos[FC_DIR_SEND]) == st->resp_end)
+    finish_skip(st);
   /* A call that is not a folded splice ends a sendfile's run of them. */
   st->fold_to = 0;
   count_uncounted_folds(st);
@@ -1431,13 +1446,12 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   int starts = 0; /* this send starts a Kafka response */
   int gather = 0; /* this send continues a response: gather it (sock variant) */
   int ends = 0;   /* ... and ends it */
-  if (kafka) {
+  if (st->policy.role == FC_ROLE_KAFKA_CLIENT && !st->tls) {
     if (direction == FC_DIR_RECV) {
       flush_fold(st, pid_tgid, task);
       flush_gather(st, sk, st->pos[FC_DIR_SEND], pid_tgid, task);
       if (st->resp_state == RESP_UNKNOWN) st->resp_state = RESP_NEXT;
-    } else if (st->resp_state == RESP_SKIP &&
-               skip_send(st, sk, src, pos, ret, cnt, pid_tgid, task)) {
+    } else if (st->resp_state == RESP_SKIP && skip_send(st, pos, ret)) {
       return;
     } else if (st->resp_state == RESP_IN) {
       __u64 end = pos + ret;
@@ -1489,6 +1503,8 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
     return;
   }
 
+  const int one_range =
+      src == FC_SRC_READ || src == FC_SRC_WRITE || src == FC_SRC_SENDTO || src == FC_SRC_RECVFROM;
   const int vectored =
       src == FC_SRC_READV || src == FC_SRC_WRITEV || src == FC_SRC_SENDMSG || src == FC_SRC_RECVMSG;
   if (st->tls || st->policy.role == FC_ROLE_IGNORE || call_cap == 0 || !(one_range || vectored)) {
@@ -1499,7 +1515,7 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   __u32 head = 0; /* the call's first 4 bytes, when captured */
   if (one_range) {
     __u32 want = min_u32(ret, call_cap);
-    if (kafka && direction == FC_DIR_RECV &&
+    if (direction == FC_DIR_RECV && st->policy.role == FC_ROLE_KAFKA_CLIENT &&
         hold_request(st, sk, src, pos, ret, want, buf, pid_tgid, task))
       return;
     if (gather && try_gather(st, sk, pos, ret, hole, want, buf, ends, pid_tgid, task)) return;

@@ -220,7 +220,7 @@ TEST_CASE("the syscall variant falls back to entry-exit pairs when its exit prog
 // grows with the walk (about 1 s here for the sock variant). A change that multiplies the
 // paths (a branch whose outcome the verifier carries into every later iovec) can double it and
 // still load here, but not on a kernel whose verifier prunes less: each program keeps 60% of
-// the limit free. sock_send_length needs about 268,000 on Linux 6.18. Loaded as fetchcostd loads
+// the limit free. sock_recv_length needs about 309,000 on Linux 6.18. Loaded as fetchcostd loads
 // them (quiet fetches on: the hold's paths are verified only then).
 TEST_CASE("each program is verified within 40% of the verifier's instruction limit") {
   fc::testing::require_root("loading BPF programs");
