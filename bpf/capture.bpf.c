@@ -65,9 +65,6 @@ __u32 tls_hooks = 0;    /* number of attached TLS uprobes; 0 skips the TLS bookk
  * entries; a thread reads it after its own uprobe counted its call. */
 __s64 tls_calls_open = 0;
 __u64 next_conn_id = 0; /* synthetic connection ids (fallback variant) */
-/* Sends of the targets on connections that are not Kafka clients' (object-store GETs among
- * them): a held request whose response starts with this unchanged had no GET in its window. */
-__u64 store_sends = 0;
 
 struct ringbuf_map {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -138,13 +135,12 @@ struct conn_state {
   __u8 pad;
   __u32 gather_slot;
   __u64 resp_end; /* RESP_IN, RESP_SKIP: send-stream position where the current response ends */
-  /* Quiet fetches: a request held in request slot `req_slot` (enum held_request), the value of
-   * store_sends when it arrived whole, where the response being left out began (RESP_SKIP), and
-   * the bytes of whole messages left out per direction that no record has reported yet. */
+  /* Quiet fetches: a request held in request slot `req_slot` (enum held_request), where the
+   * response being left out began (RESP_SKIP), and the bytes of whole messages left out per
+   * direction that no record has reported yet. */
   __u8 req_held;
   __u8 pad2[3];
   __u32 req_slot;
-  __u64 req_mark;
   __u64 skip_from;
   __u64 skipped[2];
 };

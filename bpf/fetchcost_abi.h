@@ -34,16 +34,17 @@
  *        and so does every send of a response that finds no free gather slot (a slot holds
  *        a response's sends while it is in flight; FC_COUNTER_GATHER_NO_SLOT).
  *        Quiet fetches (sock variant, Kafka client connections, cfg_skip_quiet_fetches): a
- *        sessionless Fetch request (session epoch -1, or a version before sessions) that arrives
- *        whole in one receive (or its 4-byte size prefix, then the rest, as a JVM broker reads
- *        it) is held in a request slot instead of a record. If the broker made no send on a
- *        connection other than a Kafka client's (an object-store GET, whatever the store) between
- *        its arrival and its response's first send, no remote read can belong to it: the request
- *        and its whole response are left out, and the next record in each direction says how
- *        many bytes of whole messages were left out before it (skipped_before). Otherwise the
- *        request's record is handed on before the response's, as if never held. The response's
- *        record leaves; a request still held when anything else happens on the connection
- *        leaves first.
+ *        sessionless Fetch request (session id 0 and epoch -1, or a version before sessions) of
+ *        at most 512 bytes that arrives whole in one receive (or its 4-byte size prefix, then
+ *        the rest, as a JVM broker reads it) is held in a request slot instead of a record. A
+ *        send of a target on any connection that is not a Kafka client's (an object-store GET,
+ *        whatever the store) first hands on the records of every request held, with the time
+ *        each arrived. A request still held when the response with its correlation id starts
+ *        had no such send in its window, so no remote read can belong to it: it and its whole
+ *        response are left out, and the next record in each direction says how many bytes of
+ *        whole messages were left out right before it (skipped_before). Anything else on the
+ *        connection (another receive, a response to another request, the close) hands on the
+ *        held request's record first.
  *   FC_EVENT_CONNECT / FC_EVENT_CLOSE  struct fc_conn_event (no payload).
  * Both start with struct fc_event_common; dispatch on common.kind. */
 #ifndef FETCHCOST_ABI_H
