@@ -426,9 +426,11 @@ struct Capture::Impl {
       }
       if (d->c.skipped_before != 0 &&
           std::uint64_t{d->c.skipped_before} + d->hole_before <= d->stream_pos)
-        deliver_skipped(*d);
+        deliver_stand_in(skipped_event, *d, d->stream_pos - d->hole_before - d->c.skipped_before,
+                         d->c.skipped_before, FC_SRC_SKIPPED);
       if (d->hole_before != 0 && d->direction == FC_DIR_SEND && d->hole_before <= d->stream_pos)
-        deliver_folded(*d);
+        deliver_stand_in(folded_event, *d, d->stream_pos - d->hole_before, d->hole_before,
+                         FC_SRC_SENDFILE);
       if (d->length == 0) return;  // only carried folded sendfiles (a receive or close came)
       std::size_t payload = std::min<std::size_t>(d->captured, payload_room);
       std::size_t nsegs = d->nsegs > FC_MAX_SEGMENTS ? FC_MAX_SEGMENTS : d->nsegs;
@@ -445,38 +447,26 @@ struct Capture::Impl {
     handler(view);
   }
 
-  // Sendfiles the BPF side folded into this record (bpf/capture.bpf.c, response framing) are
-  // handed on first as the one length-only sendfile record they add up to, so consumers see
-  // the stream exactly as if each had a record.
-  void deliver_folded(const fc_data_event& d) {
-    folded_event = fc_data_event{};
-    folded_event.c = d.c;
-    folded_event.c.flags = 0;
-    folded_event.stream_pos = d.stream_pos - d.hole_before;
-    folded_event.length = d.hole_before;
-    folded_event.direction = d.direction;
-    folded_event.source = FC_SRC_SENDFILE;
-    EventView view{folded_event.c};
-    view.data = &folded_event;
-    view.folded = true;
-    ++delivered;
-    handler(view);
-  }
-
-  // Whole messages the BPF side left out right before this record (quiet fetches) are handed on
-  // first as one length-only record of source FC_SRC_SKIPPED, so consumers see every byte's place.
-  void deliver_skipped(const fc_data_event& d) {
-    skipped_event = fc_data_event{};
-    skipped_event.c = d.c;
-    skipped_event.c.flags = 0;
-    skipped_event.c.skipped_before = 0;
-    skipped_event.stream_pos = d.stream_pos - d.hole_before - d.c.skipped_before;
-    skipped_event.length = d.c.skipped_before;
-    skipped_event.direction = d.direction;
-    skipped_event.source = FC_SRC_SKIPPED;
-    EventView view{skipped_event.c};
-    view.data = &skipped_event;
-    view.skipped = true;
+  // A length-only stand-in for bytes record `d` covers without a call of their own, handed on
+  // before it, so consumers see the stream exactly as if each had a record:
+  // - sendfiles the BPF side folded into it (bpf/capture.bpf.c, response framing), as the one
+  //   sendfile record they add up to (hole_before);
+  // - whole messages the BPF side left out right before it (quiet fetches, skipped_before), as
+  //   one record of source FC_SRC_SKIPPED.
+  void deliver_stand_in(fc_data_event& ev, const fc_data_event& d, std::uint64_t position,
+                        std::uint32_t length, std::uint8_t source) {
+    ev = fc_data_event{};
+    ev.c = d.c;
+    ev.c.flags = 0;
+    ev.c.skipped_before = 0;
+    ev.stream_pos = position;
+    ev.length = length;
+    ev.direction = d.direction;
+    ev.source = source;
+    EventView view{ev.c};
+    view.data = &ev;
+    view.folded = source == FC_SRC_SENDFILE;
+    view.skipped = source == FC_SRC_SKIPPED;
     ++delivered;
     handler(view);
   }

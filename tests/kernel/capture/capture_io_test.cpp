@@ -77,15 +77,6 @@ std::string step_bytes(std::size_t step, bool forward, std::size_t n) {
   return pattern(n, static_cast<unsigned>(step * 2 + (forward ? 0 : 1)));
 }
 
-bool wait_inq(int fd, std::size_t n) {
-  for (int i = 0; i < 2000; ++i) {
-    int inq = 0;
-    if (ioctl(fd, FIONREAD, &inq) == 0 && static_cast<std::size_t>(inq) >= n) return true;
-    usleep(1000);
-  }
-  return false;
-}
-
 bool do_send(int fd, const Step& s, const std::string& bytes) {
   std::vector<iovec> iov;
   std::size_t off = 0;

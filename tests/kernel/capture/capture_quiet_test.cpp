@@ -20,43 +20,6 @@ namespace {
 
 using capture::Variant;
 
-struct Pair {
-  int listener = -1, client = -1, server = -1;
-  std::uint16_t listen_port = 0, client_port = 0;
-};
-
-bool open_pair(Pair& p) {
-  p.listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (bind(p.listener, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(p.listener, 4) != 0)
-    return false;
-  getsockname(p.listener, reinterpret_cast<sockaddr*>(&a), &len);
-  p.listen_port = ntohs(a.sin_port);
-  p.client = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(p.client, reinterpret_cast<sockaddr*>(&a), len) != 0) return false;
-  p.server = accept(p.listener, nullptr, nullptr);
-  int one = 1;
-  setsockopt(p.client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  setsockopt(p.server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  sockaddr_in mine{};
-  len = sizeof(mine);
-  getsockname(p.client, reinterpret_cast<sockaddr*>(&mine), &len);
-  p.client_port = ntohs(mine.sin_port);
-  return p.server >= 0;
-}
-
-bool wait_inq(int fd, std::size_t n) {
-  for (int i = 0; i < 2000; ++i) {
-    int inq = 0;
-    if (ioctl(fd, FIONREAD, &inq) == 0 && static_cast<std::size_t>(inq) >= n) return true;
-    usleep(1000);
-  }
-  return false;
-}
-
 void put16(std::string& s, std::uint16_t v) {
   s.push_back(char(v >> 8));
   s.push_back(char(v));
@@ -234,7 +197,7 @@ bool run_pipelined(const Pair& kafka) {
 
 int quiet_scenario(Child& self) {
   Pair kafka, store;
-  if (!open_pair(kafka) || !open_pair(store)) return 10;
+  if (!open_pair(kafka, true) || !open_pair(store, true)) return 10;
   self.report(kafka.listen_port);
   self.wait_parent();  // the listener is a Kafka port now
   for (const auto& e : exchanges())
@@ -283,6 +246,24 @@ std::vector<Record> check_tiles(std::vector<Record> records, const std::string& 
   return skipped;
 }
 
+// Watches `target`, starts it, makes its listener a Kafka port and waits until its exchanges
+// are done: the ports it reports (its listener, its Kafka client's, its store client's).
+struct Ports {
+  std::uint16_t listen = 0, client = 0, store = 0;
+};
+Ports run_scenario(Collector& col, Child& target) {
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  Ports ports;
+  ports.listen = static_cast<std::uint16_t>(target.receive());
+  REQUIRE(
+      col.capture->set_port_policy(ports.listen, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
+  target.nod();
+  ports.client = static_cast<std::uint16_t>(target.receive());
+  ports.store = static_cast<std::uint16_t>(target.receive());
+  return ports;
+}
+
 }  // namespace
 
 TEST_CASE("quiet fetches are left out whole; a store send reports the held request first") {
@@ -293,14 +274,7 @@ TEST_CASE("quiet fetches are left out whole; a store send reports the held reque
                  .variant = Variant::kSockTracepoints,
                  .skip_quiet_fetches = true});
   Child target(quiet_scenario);
-  REQUIRE(col.capture->add_target(target.pid()).ok());
-  target.go();
-  const auto listen_port = static_cast<std::uint16_t>(target.receive());
-  REQUIRE(
-      col.capture->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
-  target.nod();
-  const auto client_port = static_cast<std::uint16_t>(target.receive());
-  const auto store_port = static_cast<std::uint16_t>(target.receive());
+  const auto [listen_port, client_port, store_port] = run_scenario(col, target);
   col.drain(5);
   const std::size_t before_close = col.records.size();
   target.nod();
@@ -398,20 +372,13 @@ TEST_CASE("without skip_quiet_fetches every fetch has its records") {
                  .default_policy = {4096, 4096},
                  .variant = Variant::kSockTracepoints});
   Child target(quiet_scenario);
-  REQUIRE(col.capture->add_target(target.pid()).ok());
-  target.go();
-  const auto listen_port = static_cast<std::uint16_t>(target.receive());
-  REQUIRE(
-      col.capture->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
-  target.nod();
-  const auto client_port = static_cast<std::uint16_t>(target.receive());
-  target.receive();
+  const auto ports = run_scenario(col, target);
   col.drain(5);
   target.nod();
   CHECK(target.receive() == 0);
   target.nod();
   CHECK(target.wait() == 0);
-  const fc_u64 conn = conn_by_ports(col, target.pid(), listen_port, client_port);
+  const fc_u64 conn = conn_by_ports(col, target.pid(), ports.listen, ports.client);
   REQUIRE(conn != 0);
   std::string requests;
   for (const auto& e : exchanges()) requests += e.request;

@@ -27,31 +27,6 @@ using fc::capture::Variant;
 
 namespace {
 
-struct Pair {
-  int listener = -1, client = -1, server = -1;
-  std::uint16_t listen_port = 0, client_port = 0;
-};
-
-bool open_pair(Pair& p) {
-  p.listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (bind(p.listener, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(p.listener, 4) != 0)
-    return false;
-  getsockname(p.listener, reinterpret_cast<sockaddr*>(&a), &len);
-  p.listen_port = ntohs(a.sin_port);
-  p.client = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(p.client, reinterpret_cast<sockaddr*>(&a), len) != 0) return false;
-  p.server = accept(p.listener, nullptr, nullptr);
-  sockaddr_in mine{};
-  socklen_t mlen = sizeof(mine);
-  getsockname(p.client, reinterpret_cast<sockaddr*>(&mine), &mlen);
-  p.client_port = ntohs(mine.sin_port);
-  return p.server >= 0;
-}
-
 // An OpenSSL server and client over `p`, handshake done. False if any step failed.
 bool openssl_handshake(const Pair& p, const CertDir& certs, SSL** server, SSL** client) {
   SSL_CTX* sctx = SSL_CTX_new(TLS_server_method());

@@ -3,9 +3,14 @@
 // certificate, and the plaintext stream of a TLS connection rebuilt from TLS_DATA records.
 #pragma once
 
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -272,6 +277,47 @@ inline fc_u64 conn_by_ports(const Collector& col, pid_t pid, std::uint16_t local
         r.conn.peer_port == peer)
       return r.common.conn_id;
   return 0;
+}
+
+// A TCP connection over IPv4 loopback: its listener, both ends and their ports.
+struct Pair {
+  int listener = -1, client = -1, server = -1;
+  std::uint16_t listen_port = 0, client_port = 0;
+};
+
+inline bool open_pair(Pair& p, bool no_delay = false) {
+  p.listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (bind(p.listener, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(p.listener, 4) != 0)
+    return false;
+  getsockname(p.listener, reinterpret_cast<sockaddr*>(&a), &len);
+  p.listen_port = ntohs(a.sin_port);
+  p.client = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(p.client, reinterpret_cast<sockaddr*>(&a), len) != 0) return false;
+  p.server = accept(p.listener, nullptr, nullptr);
+  if (no_delay) {
+    int one = 1;
+    setsockopt(p.client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(p.server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  sockaddr_in mine{};
+  socklen_t mlen = sizeof(mine);
+  getsockname(p.client, reinterpret_cast<sockaddr*>(&mine), &mlen);
+  p.client_port = ntohs(mine.sin_port);
+  return p.server >= 0;
+}
+
+// Waits (up to 2 s) until `fd` has `n` bytes to read.
+inline bool wait_inq(int fd, std::size_t n) {
+  for (int i = 0; i < 2000; ++i) {
+    int inq = 0;
+    if (ioctl(fd, FIONREAD, &inq) == 0 && static_cast<std::size_t>(inq) >= n) return true;
+    usleep(1000);
+  }
+  return false;
 }
 
 // True while `pid` has not exited (a zombie counts as exited).
