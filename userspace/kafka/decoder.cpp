@@ -939,7 +939,10 @@ void Decoder::skip(std::uint64_t connection, Direction direction, std::uint64_t 
   im.last_connection = &c;
   DirectionState& d = direction == Direction::kRequest ? c.requests : c.responses;
   stream::ByteStream& s = d.stream;
-  if (s.started() && (s.position() != position || s.resolved_end() != position)) {
+  // In step: everything before the run decoded (or being resynchronised), no frame half done.
+  const bool between_frames = d.mode == Mode::kFrameStart || d.mode == Mode::kResync;
+  if (s.started() &&
+      (s.position() != position || s.resolved_end() != position || !between_frames)) {
     data(connection, direction, time_ns, position, length, {});  // out of step: a hole
     return;
   }
