@@ -164,6 +164,14 @@ struct Decoder::Impl {
   std::uint64_t next_expire_ns = 0;  // expire() walks every connection again from then
   bool closing = false;              // close(): nothing more will come, held responses are given up
 
+  // Consecutive events usually belong to the same connection: skip the hash lookup then.
+  Connection& current(std::uint64_t id) {
+    Connection& c =
+        last_connection && last_connection->id == id ? *last_connection : connection(id, false);
+    last_connection = &c;
+    return c;
+  }
+
   Connection& connection(std::uint64_t id, bool from_start) {
     auto it = connections.find(id);
     if (it != connections.end()) return *it->second;
@@ -907,11 +915,7 @@ void Decoder::data(std::uint64_t connection, Direction direction, std::uint64_t 
                    std::span<const std::uint8_t> captured) {
   Impl& im = *impl_;
   im.now_ns = time_ns;
-  // Consecutive events usually belong to the same connection: skip the hash lookup then.
-  Connection& c = im.last_connection && im.last_connection->id == connection
-                      ? *im.last_connection
-                      : im.connection(connection, false);
-  im.last_connection = &c;
+  Connection& c = im.current(connection);
   c.last_time_ns = time_ns;
   if (!c.touched) {
     c.touched = true;
@@ -933,10 +937,7 @@ void Decoder::data(std::uint64_t connection, Direction direction, std::uint64_t 
 void Decoder::skip(std::uint64_t connection, Direction direction, std::uint64_t time_ns,
                    std::uint64_t position, std::uint64_t length) {
   Impl& im = *impl_;
-  Connection& c = im.last_connection && im.last_connection->id == connection
-                      ? *im.last_connection
-                      : im.connection(connection, false);
-  im.last_connection = &c;
+  Connection& c = im.current(connection);
   DirectionState& d = direction == Direction::kRequest ? c.requests : c.responses;
   stream::ByteStream& s = d.stream;
   // In step: everything before the run decoded (or being resynchronised), no frame half done.

@@ -172,49 +172,11 @@ bool do_recv(int fd, const Step& s, const std::string& expect) {
   return r == static_cast<ssize_t>(expect.size()) && got == expect;
 }
 
-struct Loopback {
-  int listener = -1, client = -1, server = -1;
-  std::uint16_t listen_port = 0, client_port = 0;
-};
-
-bool open_loopback(int family, Loopback& lb) {
-  lb.listener = socket(family, SOCK_STREAM, 0);
-  sockaddr_storage ss{};
-  socklen_t len;
-  if (family == AF_INET) {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    a->sin_family = AF_INET;
-    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    len = sizeof(*a);
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    a->sin6_family = AF_INET6;
-    a->sin6_addr = in6addr_loopback;
-    len = sizeof(*a);
-  }
-  if (bind(lb.listener, reinterpret_cast<sockaddr*>(&ss), len) != 0) return false;
-  if (listen(lb.listener, 4) != 0) return false;
-  getsockname(lb.listener, reinterpret_cast<sockaddr*>(&ss), &len);
-  lb.client = socket(family, SOCK_STREAM, 0);
-  if (connect(lb.client, reinterpret_cast<sockaddr*>(&ss), len) != 0) return false;
-  lb.server = accept(lb.listener, nullptr, nullptr);
-  if (lb.server < 0) return false;
-  int one = 1;
-  setsockopt(lb.client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  setsockopt(lb.server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  sockaddr_storage mine{};
-  socklen_t mlen = sizeof(mine);
-  getsockname(lb.client, reinterpret_cast<sockaddr*>(&mine), &mlen);
-  lb.listen_port = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
-                                           : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
-  lb.client_port = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&mine)->sin_port
-                                           : reinterpret_cast<sockaddr_in6*>(&mine)->sin6_port);
-  return true;
-}
+using Loopback = Pair;
 
 int io_scenario(Child& self, int family) {
   Loopback lb;
-  if (!open_loopback(family, lb)) return 10;
+  if (!open_pair(lb, family)) return 10;
   self.report(lb.listen_port);
   self.report(lb.client_port);
   self.report(lb.client);
@@ -441,7 +403,7 @@ void run_io(Variant variant, int family) {
 int reuse_scenario(Child& self, int family) {
   for (int round = 0; round < 2; ++round) {
     Loopback lb;
-    if (!open_loopback(family, lb)) return 10;
+    if (!open_pair(lb, family)) return 10;
     const std::string msg = pattern(100 + round, 7);
     if (write(lb.client, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size())) return 11;
     std::string got(msg.size(), '\0');
@@ -551,7 +513,7 @@ namespace {
 // next call: here role "ignore" (counted, never copied), then a 10-byte cap.
 int policy_scenario(Child& self) {
   Loopback lb;
-  if (!open_loopback(AF_INET, lb)) return 10;
+  if (!open_pair(lb, AF_INET)) return 10;
   const std::string msg = pattern(500, 9);
   for (int round = 0; round < 3; ++round) {
     if (write(lb.client, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size())) return 11;
@@ -739,7 +701,7 @@ std::vector<Record> side_calls(const TargetRun& run, bool server, fc_u8 directio
 // same direction copy only the bulk prefix, and a byte from the other side starts a new run.
 int bulk_scenario(Child& self) {
   Loopback lb;
-  if (!open_loopback(AF_INET, lb)) return 10;
+  if (!open_pair(lb, AF_INET)) return 10;
   auto send = [&](int from, int to, std::size_t n, unsigned seed) {
     const std::string msg = pattern(n, seed);
     std::string got(n, '\0');
@@ -783,7 +745,7 @@ const std::size_t kBodyIovecs[] = {100, 20000, 50, 20000, 30};
 // One writev of iovecs of `sizes` (pattern seeds 31, 32, ...), read with one readv.
 int writev_scenario(Child& self, const std::vector<std::size_t>& sizes) {
   Loopback lb;
-  if (!open_loopback(AF_INET, lb)) return 10;
+  if (!open_pair(lb, AF_INET)) return 10;
   std::vector<std::string> parts;
   std::vector<iovec> iov;
   std::size_t total = 0;
@@ -973,7 +935,7 @@ SentStream sent_stream(const std::vector<SendCall>& calls) {
 // A loopback connection whose listener's port is reported; returns once the parent has made it
 // a Kafka port.
 bool open_kafka_loopback(Child& self, Loopback& lb) {
-  if (!open_loopback(AF_INET, lb)) return false;
+  if (!open_pair(lb, AF_INET)) return false;
   self.report(lb.listen_port);
   self.wait_parent();
   return true;
@@ -1639,7 +1601,7 @@ constexpr unsigned kStoreSeed = 120;
 
 int store_scenario(Child& self) {
   Loopback lb;
-  if (!open_loopback(AF_INET, lb)) return 10;
+  if (!open_pair(lb, AF_INET)) return 10;
   self.report(lb.listen_port);
   self.wait_parent();  // the listener's port is an object-store port now
   auto request = [&](unsigned seed) {

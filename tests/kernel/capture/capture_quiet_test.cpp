@@ -197,7 +197,7 @@ bool run_pipelined(const Pair& kafka) {
 
 int quiet_scenario(Child& self) {
   Pair kafka, store;
-  if (!open_pair(kafka, true) || !open_pair(store, true)) return 10;
+  if (!open_pair(kafka) || !open_pair(store)) return 10;
   self.report(kafka.listen_port);
   self.wait_parent();  // the listener is a Kafka port now
   for (const auto& e : exchanges())

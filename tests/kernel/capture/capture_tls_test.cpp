@@ -50,7 +50,7 @@ bool openssl_handshake(const Pair& p, const CertDir& certs, SSL** server, SSL** 
 // An OpenSSL pair over loopback, handshake done, its ports reported (client, then listener);
 // returns once the parent has hooked the target. 0, or the scenario's exit code for the failure.
 int openssl_pair_reported(Child& self, const CertDir& certs, Pair& p, SSL** server, SSL** client) {
-  if (!open_pair(p)) return 10;
+  if (!open_pair(p, AF_INET, false)) return 10;
   if (!openssl_handshake(p, certs, server, client)) return 12;
   self.report(p.client_port);
   self.report(p.listen_port);
@@ -117,7 +117,7 @@ int openssl_blocked_read_scenario(Child& self, const CertDir& certs) {
 
 int gnutls_scenario(Child& self, const CertDir& certs) {
   Pair p;
-  if (!open_pair(p)) return 10;
+  if (!open_pair(p, AF_INET, false)) return 10;
   gnutls_certificate_credentials_t server_cred, client_cred;
   gnutls_certificate_allocate_credentials(&server_cred);
   gnutls_certificate_allocate_credentials(&client_cred);

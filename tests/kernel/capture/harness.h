@@ -279,35 +279,48 @@ inline fc_u64 conn_by_ports(const Collector& col, pid_t pid, std::uint16_t local
   return 0;
 }
 
-// A TCP connection over IPv4 loopback: its listener, both ends and their ports.
+// A TCP connection over loopback: its listener, both ends and their ports.
 struct Pair {
   int listener = -1, client = -1, server = -1;
   std::uint16_t listen_port = 0, client_port = 0;
 };
 
-inline bool open_pair(Pair& p, bool no_delay = false) {
-  p.listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (bind(p.listener, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(p.listener, 4) != 0)
-    return false;
-  getsockname(p.listener, reinterpret_cast<sockaddr*>(&a), &len);
-  p.listen_port = ntohs(a.sin_port);
-  p.client = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(p.client, reinterpret_cast<sockaddr*>(&a), len) != 0) return false;
-  p.server = accept(p.listener, nullptr, nullptr);
+// Over IPv4 or IPv6 loopback; `no_delay` sets TCP_NODELAY on both ends (a write is a segment).
+inline bool open_pair(Pair& lb, int family = AF_INET, bool no_delay = true) {
+  lb.listener = socket(family, SOCK_STREAM, 0);
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof(*a);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_loopback;
+    len = sizeof(*a);
+  }
+  if (bind(lb.listener, reinterpret_cast<sockaddr*>(&ss), len) != 0) return false;
+  if (listen(lb.listener, 4) != 0) return false;
+  getsockname(lb.listener, reinterpret_cast<sockaddr*>(&ss), &len);
+  lb.client = socket(family, SOCK_STREAM, 0);
+  if (connect(lb.client, reinterpret_cast<sockaddr*>(&ss), len) != 0) return false;
+  lb.server = accept(lb.listener, nullptr, nullptr);
+  if (lb.server < 0) return false;
   if (no_delay) {
     int one = 1;
-    setsockopt(p.client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    setsockopt(p.server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(lb.client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(lb.server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   }
-  sockaddr_in mine{};
+  sockaddr_storage mine{};
   socklen_t mlen = sizeof(mine);
-  getsockname(p.client, reinterpret_cast<sockaddr*>(&mine), &mlen);
-  p.client_port = ntohs(mine.sin_port);
-  return p.server >= 0;
+  getsockname(lb.client, reinterpret_cast<sockaddr*>(&mine), &mlen);
+  lb.listen_port = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                           : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  lb.client_port = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&mine)->sin_port
+                                           : reinterpret_cast<sockaddr_in6*>(&mine)->sin6_port);
+  return true;
 }
 
 // Waits (up to 2 s) until `fd` has `n` bytes to read.
