@@ -1140,8 +1140,10 @@ static __always_inline void unlist_request_slot(__u32 i) {
 
 /* The request's record, as it would have been written when it arrived. */
 static __always_inline void report_held(struct request_slot* s) {
-  __u64 size = sizeof(struct fc_data_event) + (s->hdr.captured & (2 * FC_HELD_BYTES - 1));
-  if (size <= sizeof(struct fc_data_event) + sizeof(s->data)) submit(&s->hdr, size);
+  __u64 size = sizeof(struct fc_data_event) + s->hdr.captured;
+  /* In asm: the compiler may merge this call with another whose size the verifier bounds less. */
+  FC_CLAMP(size, sizeof(struct fc_data_event) + sizeof(s->data));
+  submit(&s->hdr, size);
 }
 
 /* A store send's turn: reports the request in slot `i` if it is still held. A global function:
@@ -1254,9 +1256,10 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
   }
   s->hdr.captured = n;
   s->hdr.segs[0].length = n;
-  if (!sessionless_fetch(s->data, n)) {
-    st->req_held = HELD_PREFIX; /* owned, not listed: end_hold reports it */
-    end_hold(st, 1);
+  st->req_held = HELD_NONE;
+  if (!sessionless_fetch(s->data, n)) { /* another request, read whole: its record, from here */
+    report_held(s);                     /* OWNED, never listed: no store send can have taken it */
+    free_request_slot(s);
     return 1;
   }
   __sync_lock_test_and_set(&s->state, SLOT_HELD);
