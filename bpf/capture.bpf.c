@@ -1405,7 +1405,15 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
     }
     /* The broker's object-store connections (plaintext): the response to a GET arrives in as
      * many reads as the socket hands it over in, often below bulk_from each. Its header is in
-     * the first read after the request went out; every read after that one is object body. */
+     * the first read after the request went out (copied up to head_bytes); every read after
+     * that one is object body, whose bytes no decoder reads: length only. */
+    if (direction == FC_DIR_RECV && st->policy.role == FC_ROLE_OBJECT_STORE) {
+      if (st->bulk_run[d])
+        call_cap = 0;
+      else if (st->policy.head_bytes)
+        call_cap = min_u32(call_cap, st->policy.head_bytes);
+      iov_cap = min_u32(iov_cap, call_cap);
+    }
     st->bulk_run[d] = ret >= st->policy.bulk_from ||
                       (direction == FC_DIR_RECV && st->policy.role == FC_ROLE_OBJECT_STORE);
     st->bulk_run[d ^ 1] = 0;
@@ -1971,11 +1979,15 @@ int BPF_KRETPROBE(tls_exit, long rc) {
     ev->hdr.c.flags = FC_FLAG_TLS_UNBOUND;
   }
   ev->hdr.c.role = pol.role;
-  /* An object store's response over TLS: as on plaintext (emit_data's bulk runs), the reads
-   * after the first one since the request went out are object body. */
+  /* An object store's response over TLS: as on plaintext (emit_data's bulk runs), the first
+   * read since the request went out holds the header (up to head_bytes), the reads after it
+   * object body (length only). */
   __u32 cap = pol.bytes_per_call;
   if (pol.role == FC_ROLE_OBJECT_STORE && pol.bulk_from) {
-    if (dir == FC_DIR_RECV && ts->recv_run) cap = min_u32(cap, pol.bulk_bytes);
+    if (dir == FC_DIR_RECV && ts->recv_run)
+      cap = 0;
+    else if (dir == FC_DIR_RECV && pol.head_bytes)
+      cap = min_u32(cap, pol.head_bytes);
     ts->recv_run = dir == FC_DIR_RECV;
   }
   if (pol.role != FC_ROLE_IGNORE) add_segment(ev, 0, min_u32((__u32)n, cap), call.buf);

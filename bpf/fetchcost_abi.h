@@ -225,7 +225,11 @@ struct fc_policy {
   fc_u32 bulk_from;
   fc_u32 bulk_bytes;
   fc_u8 role; /* enum fc_role */
-  fc_u8 pad[3];
+  fc_u8 pad;
+  /* FC_ROLE_OBJECT_STORE: a response's first read (its HTTP header, then object body) copies
+   * at most this many bytes (0 = the call cap), and its later reads, object body, copy none
+   * (length only): an HTTP header is 0.3-1 KiB, and the body's bytes are never decoded. */
+  fc_u16 head_bytes;
 };
 FC_STATIC_ASSERT(sizeof(struct fc_policy) == 20, "fc_policy layout changed");
 
@@ -288,7 +292,7 @@ enum fc_counter {
   FC_COUNTER_GATHER_NO_SLOT = 8,     /* a response not gathered: both of its gather slots were busy
                                         (its sends keep a record each) */
   FC_COUNTER_WAKEUPS = 9,            /* the reader woken: a ring's unread data reached the mark */
-  FC_COUNTER_QUIET_FETCHES = 10,     /* fetches left out whole: no object-store call in their window */
+  FC_COUNTER_QUIET_FETCHES = 10, /* fetches left out whole: no object-store call in their window */
   FC_COUNTER_MAX = 11,
 };
 

@@ -54,6 +54,7 @@ fc_policy to_abi(const Policy& p) {
   out.bulk_from = p.bulk_from;
   out.bulk_bytes = p.bulk_bytes > FC_MAX_CAPTURE ? FC_MAX_CAPTURE : p.bulk_bytes;
   out.role = static_cast<fc_u8>(p.role);
+  out.head_bytes = p.head_bytes;
   return out;
 }
 

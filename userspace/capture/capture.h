@@ -43,6 +43,9 @@ struct Policy {
   // between a Fetch response's headers) and gives bulk_bytes. bulk_from = 0 turns both off.
   std::uint32_t bulk_from = 16384;
   std::uint32_t bulk_bytes = 256;
+  // Object-store connections (FC_ROLE_OBJECT_STORE, bulk_from != 0): a response's first read
+  // copies at most this (its HTTP header; 0 = bytes_per_call), the reads after it none.
+  std::uint16_t head_bytes = 2048;
 };
 
 struct Options {

@@ -131,12 +131,14 @@ Result<Config> parse_config(std::string_view text) {
     r.get(doc["audit_log"], "keep", "audit_log.keep", c.audit_log_keep);
   }
   if (doc.contains("capture") &&
-      r.check_keys(
-          doc["capture"], "capture",
-          {"ring_kib_per_cpu", "capture_bytes", "tls_libraries", "drain_nice", "realtime_reader",
-           "pass_interval_ms", "drain_yields", "program_stats", "skip_quiet_fetches"})) {
+      r.check_keys(doc["capture"], "capture",
+                   {"ring_kib_per_cpu", "capture_bytes", "object_store_head_bytes", "tls_libraries",
+                    "drain_nice", "realtime_reader", "pass_interval_ms", "drain_yields",
+                    "program_stats", "skip_quiet_fetches"})) {
     r.get(doc["capture"], "ring_kib_per_cpu", "capture.ring_kib_per_cpu", c.ring_kib_per_cpu);
     r.get(doc["capture"], "capture_bytes", "capture.capture_bytes", c.capture_bytes);
+    r.get(doc["capture"], "object_store_head_bytes", "capture.object_store_head_bytes",
+          c.object_store_head_bytes);
     r.get(doc["capture"], "tls_libraries", "capture.tls_libraries", c.tls_libraries);
     r.get(doc["capture"], "drain_nice", "capture.drain_nice", c.drain_nice);
     r.get(doc["capture"], "realtime_reader", "capture.realtime_reader", c.realtime_reader);
@@ -198,6 +200,9 @@ Result<Config> parse_config(std::string_view text) {
     return make_error("config field \"capture.pass_interval_ms\": must be from 1 to 100");
   if (c.capture_bytes > 16384)
     return make_error("config field \"capture.capture_bytes\": at most 16384");
+  if (c.object_store_head_bytes > 16384)
+    return make_error(
+        "config field \"capture.object_store_head_bytes\": at most 16384 (0 = capture_bytes)");
   if (c.ledger_retention_days < 0 || c.ledger_retention_days > 36500)
     return make_error(
         "config field \"ledger.retention_days\": days from 0 (keep everything) to 36500");

@@ -15,6 +15,7 @@
 //     "ledger": {"retention_days": 400, "hourly_days": 35},
 //     "audit_log": {"path": "", "max_bytes": 104857600, "keep": 5},
 //     "capture": {"ring_kib_per_cpu": 4096, "capture_bytes": 4096,
+//                 "object_store_head_bytes": 2048,
 //                 "tls_libraries": ["openssl", "gnutls"], "drain_nice": 0,
 //                 "realtime_reader": true, "pass_interval_ms": 100, "drain_yields": true,
 //                 "program_stats": false, "skip_quiet_fetches": true},
@@ -70,6 +71,8 @@ struct Config {
   int audit_log_keep = 5;
   std::size_t ring_kib_per_cpu = 4096;
   std::uint32_t capture_bytes = 4096;
+  // An object-store response's first read, its HTTP header (capture::Policy::head_bytes).
+  std::uint32_t object_store_head_bytes = 2048;
   // Nice value of the drain thread, which decodes and attributes the records (0: left as
   // started). The ring reader moves records out of the rings on its own, so when the drain
   // waits for a CPU they wait in memory (docs/performance.md, "Ring reader").

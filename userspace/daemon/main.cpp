@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
   std::string cgroup;
   std::uint32_t capture_bytes = 4096;
   std::uint32_t iovec_bytes = 4096;
+  std::uint32_t head_bytes = 2048;
   std::size_t ring_kib = 4096;
   int drain_nice = 0;
   double duration_s = 0;
@@ -130,6 +131,11 @@ int main(int argc, char** argv) {
   app.add_option("--capture-bytes", capture_bytes, "Bytes copied from each socket call")
       ->capture_default_str();
   app.add_option("--iovec-bytes", iovec_bytes, "Bytes copied from each iovec of a call")
+      ->capture_default_str();
+  app.add_option("--object-store-head-bytes", head_bytes,
+                 "Bytes copied from an object-store response's first read, its HTTP header (the "
+                 "reads after it are object body: length only; 0 = --capture-bytes)")
+      ->check(CLI::Range(0, 16384))
       ->capture_default_str();
   app.add_option("--ring-kib", ring_kib, "Ring buffer size per CPU, KiB")->capture_default_str();
   app.add_option("--drain-nice", drain_nice,
@@ -185,6 +191,7 @@ int main(int argc, char** argv) {
     if (app.count("--match") == 0) match = config.cmdline_match;
     if (cgroup.empty()) cgroup = config.cgroup;
     if (app.count("--capture-bytes") == 0) capture_bytes = config.capture_bytes;
+    if (app.count("--object-store-head-bytes") == 0) head_bytes = config.object_store_head_bytes;
     if (app.count("--ring-kib") == 0) ring_kib = config.ring_kib_per_cpu;
     if (app.count("--drain-nice") == 0) drain_nice = config.drain_nice;
     if (!config.realtime_reader) no_realtime_reader = true;
@@ -204,6 +211,7 @@ int main(int argc, char** argv) {
   if (!listen.empty()) config.listen = listen;
   config.program_stats = program_stats;  // the flag's, as the status API reports it
   config.skip_quiet_fetches = skip_quiet_fetches;
+  config.object_store_head_bytes = head_bytes;
   // Discovery never finds this process; a pid given by hand could be it (Capture refuses it).
   if (std::find(pids.begin(), pids.end(), static_cast<int>(getpid())) != pids.end()) {
     std::fprintf(stderr,
@@ -222,6 +230,7 @@ int main(int argc, char** argv) {
   fc::capture::Options options;
   options.ring_bytes_per_cpu = ring_kib * 1024;
   options.default_policy = {capture_bytes, iovec_bytes, FC_ROLE_OTHER};
+  options.default_policy.head_bytes = static_cast<std::uint16_t>(head_bytes);
   options.variant = variant == "sock-tracepoints"      ? fc::capture::Variant::kSockTracepoints
                     : variant == "syscall-tracepoints" ? fc::capture::Variant::kSyscallTracepoints
                     : variant == "syscall-entry-exit"  ? fc::capture::Variant::kSyscallEntryExit

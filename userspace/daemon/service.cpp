@@ -170,6 +170,7 @@ nlohmann::json config_json(const Config& c) {
           {"capture",
            {{"ring_kib_per_cpu", c.ring_kib_per_cpu},
             {"capture_bytes", c.capture_bytes},
+            {"object_store_head_bytes", c.object_store_head_bytes},
             {"tls_libraries", c.tls_libraries}}},
           {"attribution_enabled", c.attribution_enabled},
           {"budgets",

@@ -1625,17 +1625,25 @@ int store_scenario(Child& self) {
   return 0;
 }
 
-void run_store(Variant variant) {
-  const auto reads = with_port_policy(variant, store_scenario, true,
-                                      {4096, 4096, FC_ROLE_OBJECT_STORE, 16384, 256}, FC_DIR_RECV);
-  check_prefixes(reads, store_chunks(kStoreSeed), kStoreCaptured, FC_ROLE_OBJECT_STORE);
+void run_store(Variant variant, std::uint16_t head_bytes,
+               const std::vector<std::size_t>& captured) {
+  fc::capture::Policy policy{4096, 4096, FC_ROLE_OBJECT_STORE, 16384, 256};
+  policy.head_bytes = head_bytes;
+  const auto reads = with_port_policy(variant, store_scenario, true, policy, FC_DIR_RECV);
+  check_prefixes(reads, store_chunks(kStoreSeed), captured, FC_ROLE_OBJECT_STORE);
 }
 
 }  // namespace
 
-TEST_CASE("an object store's response gives only the bulk prefix after its first read, sock") {
-  run_store(Variant::kSockTracepoints);
-}
-TEST_CASE("an object store's response gives only the bulk prefix after its first read, syscall") {
-  run_store(Variant::kSyscallTracepoints);
+TEST_CASE("an object store's response: its header's read up to head_bytes, its body length only") {
+  SUBCASE("sock tracepoints") {
+    run_store(Variant::kSockTracepoints, 2048, kStoreCaptured);
+  }
+  SUBCASE("syscall tracepoints") {
+    run_store(Variant::kSyscallTracepoints, 2048, kStoreCaptured);
+  }
+  // head_bytes 0: the first read keeps the call cap.
+  SUBCASE("head_bytes 0") {
+    run_store(Variant::kSockTracepoints, 0, {3000, 0, 0, 0, 300});
+  }
 }

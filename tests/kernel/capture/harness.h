@@ -193,9 +193,10 @@ inline std::string tls_stream(const std::vector<Record>& all, fc_u64 conn_id, fc
 
 // An object store's response arriving in several reads (kernel_capture_io over plain TCP,
 // kernel_capture_tls over OpenSSL), a request before reads 0 and 4: the first read after a
-// request keeps the call cap (the HTTP header is there), the reads after it give the bulk prefix.
-inline const std::vector<std::size_t> kStoreReads = {600, 5000, 5000, 3000, 300};
-inline const std::vector<std::size_t> kStoreCaptured = {600, 256, 256, 256, 300};
+// request copies up to the policy's head_bytes (2048 by default: the HTTP header is there), the
+// reads after it, object body, only their length.
+inline const std::vector<std::size_t> kStoreReads = {3000, 5000, 200, 3000, 300};
+inline const std::vector<std::size_t> kStoreCaptured = {2048, 0, 0, 0, 300};
 inline std::vector<std::string> store_chunks(unsigned seed) {
   std::vector<std::string> out;
   for (std::size_t i = 0; i < kStoreReads.size(); ++i)

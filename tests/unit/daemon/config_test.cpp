@@ -17,6 +17,7 @@ TEST_CASE("an empty config gives the documented defaults") {
   CHECK(c->drain_yields);
   CHECK_FALSE(c->program_stats);
   CHECK(c->skip_quiet_fetches);
+  CHECK(c->object_store_head_bytes == 2048);
   CHECK(c->log_dirs_inotify);
   CHECK(c->log_dirs_rescan_seconds == 30);
 }
@@ -25,7 +26,8 @@ TEST_CASE("fields are read, and every error names its field") {
   auto c = parse_config(R"({"kafka_ports":[9092,9093],"object_store":{"ports":[9000]},
       "sensors":{"max_sensors":5,"partition_label":true},"audit_log":{"path":"/tmp/a"},
       "capture":{"drain_nice":-5,"realtime_reader":false,"pass_interval_ms":25,
-                  "drain_yields":false,"program_stats":true,"skip_quiet_fetches":false},
+                  "drain_yields":false,"program_stats":true,"skip_quiet_fetches":false,
+                  "object_store_head_bytes":0},
       "log_dirs_inotify":false,"log_dirs_rescan_seconds":5})");
   REQUIRE(c.ok());
   CHECK(c->kafka_ports == std::vector<std::uint16_t>{9092, 9093});
@@ -39,6 +41,7 @@ TEST_CASE("fields are read, and every error names its field") {
   CHECK_FALSE(c->drain_yields);
   CHECK(c->program_stats);
   CHECK_FALSE(c->skip_quiet_fetches);
+  CHECK(c->object_store_head_bytes == 0);
   CHECK_FALSE(c->log_dirs_inotify);
   CHECK(c->log_dirs_rescan_seconds == 5);
 
@@ -61,6 +64,8 @@ TEST_CASE("fields are read, and every error names its field") {
       {R"({"capture":{"drain_yields":1}})", "capture.drain_yields"},
       {R"({"capture":{"program_stats":"on"}})", "capture.program_stats"},
       {R"({"capture":{"skip_quiet_fetches":"yes"}})", "capture.skip_quiet_fetches"},
+      {R"({"capture":{"object_store_head_bytes":20000}})", "capture.object_store_head_bytes"},
+      {R"({"capture":{"object_store_head_bytes":-1}})", "capture.object_store_head_bytes"},
       {R"({"log_dirs_inotify":"no"})", "log_dirs_inotify"},
       {R"({"log_dirs_rescan_seconds":0})", "log_dirs_rescan_seconds"},
       {R"({"listen":"9464"})", "\"listen\""},
