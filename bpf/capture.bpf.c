@@ -670,6 +670,15 @@ static __always_inline __u32 min_u32(__u32 a, __u32 b) {
   return a < b ? a : b;
 }
 
+/* An object store's response, read after its request went out: the first read holds the HTTP
+ * header (copied up to head_bytes, 0 = the call cap), the reads after it (`in_body`) object body,
+ * whose bytes no decoder reads: length only. Plaintext (emit_data) and TLS (tls_exit) alike. */
+static __always_inline __u32 object_store_read_cap(__u32 cap, const struct fc_policy* p,
+                                                   int in_body) {
+  if (in_body) return 0;
+  return p->head_bytes ? min_u32(cap, p->head_bytes) : cap;
+}
+
 /* a / b with BPF's own rule for b == 0 (the result is 0), which C leaves undefined. */
 static __always_inline __u64 bpf_div(__u64 a, __u64 b) {
   asm volatile("%[a] /= %[b]" : [a] "+r"(a) : [b] "r"(b));
@@ -1405,13 +1414,9 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
     }
     /* The broker's object-store connections (plaintext): the response to a GET arrives in as
      * many reads as the socket hands it over in, often below bulk_from each. Its header is in
-     * the first read after the request went out (copied up to head_bytes); every read after
-     * that one is object body, whose bytes no decoder reads: length only. */
+     * the first read after the request went out; every read after that one is object body. */
     if (direction == FC_DIR_RECV && st->policy.role == FC_ROLE_OBJECT_STORE) {
-      if (st->bulk_run[d])
-        call_cap = 0;
-      else if (st->policy.head_bytes)
-        call_cap = min_u32(call_cap, st->policy.head_bytes);
+      call_cap = object_store_read_cap(call_cap, &st->policy, st->bulk_run[d]);
       iov_cap = min_u32(iov_cap, call_cap);
     }
     st->bulk_run[d] = ret >= st->policy.bulk_from ||
@@ -1979,15 +1984,10 @@ int BPF_KRETPROBE(tls_exit, long rc) {
     ev->hdr.c.flags = FC_FLAG_TLS_UNBOUND;
   }
   ev->hdr.c.role = pol.role;
-  /* An object store's response over TLS: as on plaintext (emit_data's bulk runs), the first
-   * read since the request went out holds the header (up to head_bytes), the reads after it
-   * object body (length only). */
+  /* An object store's response over TLS: as on plaintext (emit_data's bulk runs). */
   __u32 cap = pol.bytes_per_call;
   if (pol.role == FC_ROLE_OBJECT_STORE && pol.bulk_from) {
-    if (dir == FC_DIR_RECV && ts->recv_run)
-      cap = 0;
-    else if (dir == FC_DIR_RECV && pol.head_bytes)
-      cap = min_u32(cap, pol.head_bytes);
+    if (dir == FC_DIR_RECV) cap = object_store_read_cap(cap, &pol, ts->recv_run);
     ts->recv_run = dir == FC_DIR_RECV;
   }
   if (pol.role != FC_ROLE_IGNORE) add_segment(ev, 0, min_u32((__u32)n, cap), call.buf);
