@@ -111,7 +111,8 @@ struct conn_state {
   /* Sock variant: the send-stream position up to which the sends that follow a folded sendfile
    * splice are the same sendfile's next splices, folded without a look at the call (0: none). */
   __u64 fold_to;
-  /* Sendfile bytes folded and not reported yet: [pos[SEND] - fold_len, pos[SEND]). */
+  /* Bytes folded and not reported yet: sendfile bytes [pos[SEND] - fold_len, pos[SEND]), or,
+   * when fold_recv_src is set, object-body reads [pos[RECV] - fold_len, pos[RECV]). */
   __u32 fold_len;
   __u8 gathering;   /* sends are being gathered into the slot `gather_slot` (it owns it) */
   __u8 bulk_run[2]; /* per direction: the last call was bulk (fc_policy) */
@@ -132,7 +133,9 @@ struct conn_state {
   /* The source of the gathered record: the one call it holds (a response's first send), or
    * FC_SRC_GATHERED once it covers more. */
   __u8 gather_src;
-  __u8 pad;
+  /* fold_len holds object-body reads (fold_body_read), made by calls of this source; 0: it
+   * holds sendfile bytes, if any. */
+  __u8 fold_recv_src;
   __u32 gather_slot;
   __u64 resp_end; /* RESP_IN, RESP_SKIP: send-stream position where the current response ends */
   /* Quiet fetches: a request held in request slot `req_slot` (enum held_request), where the
@@ -605,7 +608,7 @@ static __always_inline struct conn_state* new_sock_conn(struct sock* sk, __u64 c
 }
 
 static __always_inline void flush_fold(struct conn_state* st, __u64 pid_tgid,
-                                       struct task_struct* task);
+                                       struct task_struct* task, __u64 recv_end);
 static __always_inline void flush_gather(struct conn_state* st, struct sock* sk, __u64 end,
                                          __u64 pid_tgid, struct task_struct* task);
 static __always_inline int end_hold(struct conn_state* st, int report);
@@ -618,7 +621,7 @@ static __always_inline void emit_close(struct conn_state* st, struct sock* sk, _
   __u64 owner = (pid_tgid >> 32) == st->tgid ? pid_tgid : (__u64)st->tgid << 32;
   if (st->req_held) end_hold(st, 1);
   abandon_skip(st);
-  if (st->fold_len) flush_fold(st, owner, 0);
+  if (st->fold_len) flush_fold(st, owner, 0, st->pos[FC_DIR_RECV]);
   flush_gather(st, sk, st->pos[FC_DIR_SEND], owner, 0);
   struct fc_conn_event ev = {};
   fill_common(&ev.c, FC_EVENT_CLOSE, pid_tgid);
@@ -775,6 +778,11 @@ static __always_inline void fill_data_hdr(struct fc_data_event* h, struct conn_s
   h->nsegs = 0;
   h->tls_lib = 0;
   h->hole_before = hole;
+  if (direction == FC_DIR_RECV && st->fold_recv_src) { /* object-body reads folded before it */
+    h->hole_before = st->fold_len;
+    st->fold_len = 0;
+    st->fold_recv_src = 0;
+  }
 }
 
 /* A call whose bytes are not copied (sendfile, splice, mmsg, io_uring, TLS ciphertext, an
@@ -888,14 +896,21 @@ enum resp_state {
 };
 #define FC_MAX_RESPONSE (256U << 20) /* a larger size prefix is taken for a wrong guess */
 
-/* Reports the connection's folded sendfile bytes now: an empty send record that carries them
- * (hole_before), at the send stream's current end. */
+/* Reports the connection's folded bytes now: an empty record that carries them (hole_before).
+ * Sendfile bytes end at the send stream's current end; object-body reads (fold_body_read) at
+ * `recv_end`, the receive stream's end before the call in progress. */
 static __always_inline void flush_fold(struct conn_state* st, __u64 pid_tgid,
-                                       struct task_struct* task) {
+                                       struct task_struct* task, __u64 recv_end) {
   __u32 n = st->fold_len;
-  if (!n || st->resp_state == RESP_SKIP) return; /* a skipped response's splices stay out */
+  __u8 recv_src = st->fold_recv_src;
+  if (!n || (!recv_src && st->resp_state == RESP_SKIP))
+    return; /* a skipped response's splices
+                stay out */
+  __u8 d = recv_src ? FC_DIR_RECV : FC_DIR_SEND;
   st->fold_len = 0;
-  emit_length_only(st, pid_tgid, task, FC_SRC_SENDFILE, st->pos[FC_DIR_SEND], 0, FC_DIR_SEND, n);
+  st->fold_recv_src = 0;
+  emit_length_only(st, pid_tgid, task, recv_src ? recv_src : FC_SRC_SENDFILE,
+                   recv_src ? recv_end : st->pos[FC_DIR_SEND], 0, d, n);
 }
 
 /* The slot of the response the connection is gathering, or 0 (it holds none). */
@@ -1458,9 +1473,9 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   int starts = 0; /* this send starts a Kafka response */
   int gather = 0; /* this send continues a response: gather it (sock variant) */
   int ends = 0;   /* ... and ends it */
-  if (st->policy.role == FC_ROLE_KAFKA_CLIENT && !st->tls) {
+  if (st->policy.role == FC_ROLE_KAFKA_CLIENT && !st->tls && !st->fold_recv_src) {
     if (direction == FC_DIR_RECV) {
-      flush_fold(st, pid_tgid, task);
+      flush_fold(st, pid_tgid, task, pos);
       flush_gather(st, sk, st->pos[FC_DIR_SEND], pid_tgid, task);
       if (st->resp_state == RESP_UNKNOWN) st->resp_state = RESP_NEXT;
     } else if (st->resp_state == RESP_SKIP && skip_send(st, pos, ret)) {
@@ -1501,10 +1516,14 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
       hole = st->fold_len;
       st->fold_len = 0;
     }
-  } else if (st->fold_len || st->gathering || st->resp_state == RESP_SKIP) {
-    /* its role or TLS changed with one pending */
+  } else if ((st->fold_len && (direction == FC_DIR_SEND || !st->fold_recv_src ||
+                               st->policy.role != FC_ROLE_OBJECT_STORE || st->tls)) ||
+             st->gathering || st->resp_state == RESP_SKIP) {
+    /* Its role or TLS changed with one pending, or a send comes after object-body reads were
+     * folded. (A receive of the object-store connection carries them in its record instead:
+     * fill_data_hdr.) */
     abandon_skip(st);
-    flush_fold(st, pid_tgid, task);
+    flush_fold(st, pid_tgid, task, direction == FC_DIR_RECV ? pos : st->pos[FC_DIR_RECV]);
     flush_gather(st, sk, direction == FC_DIR_SEND ? pos : st->pos[FC_DIR_SEND], pid_tgid, task);
   }
   /* A send that is not gathered comes after what was (a wrong guess of the framing, a call that
@@ -1588,6 +1607,37 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   submit(ev, size);
 }
 
+/* Object-body reads (sock variant, the broker's object-store connections, plaintext or opaque
+ * TLS): a GET's response body comes in as many reads as the client's buffer takes (a JVM HTTP
+ * client reads 8-16 KiB at a time, hundreds of reads per 4 MiB chunk), each a record of its length
+ * alone. A body read that leaves bytes in the socket's receive queue is certain to be followed
+ * by another read of this connection (or its close), so it makes no record: its length is
+ * folded into the connection and reported as hole_before of the connection's next receive
+ * record (fill_data_hdr). The read that empties the queue, the response's last among them,
+ * keeps its record, so the response's end is reported when it is read, not later. A send (the
+ * next request) or the close reports a pending fold first, in an empty receive record.
+ * Called before emit_data, as fold_continuation is for sends: inside it, one more branch that
+ * returns doubled the paths the verifier walks. Returns 1 if folded. */
+static __always_inline int fold_body_read(struct conn_state* st, struct sock* sk, __u8 src,
+                                          __u32 ret) {
+  if (st->policy.role != FC_ROLE_OBJECT_STORE || !st->bulk_run[FC_DIR_RECV] || st->tls ||
+      st->policy_epoch != policy_epoch + 1)
+    return 0; /* not inside a response's body, or its policy must be looked up again */
+  if (st->fold_len && !st->fold_recv_src) return 0; /* sendfile bytes pending (a role change) */
+  __u64 folded = (__u64)st->fold_len + ret;
+  if (folded > 0xffffffffU || src == FC_SRC_UNKNOWN) return 0;
+  struct tcp_sock* tp = bpf_skc_to_tcp_sock(sk);
+  if (!tp) return 0;
+  /* Unread bytes after this read. More than one: a FIN counts one in rcv_nxt, and a fold behind
+   * it would wait for the close. */
+  if (tp->rcv_nxt - tp->copied_seq <= 1) return 0;
+  __sync_fetch_and_add(&st->pos[FC_DIR_RECV], (__u64)ret);
+  st->fold_len = (__u32)folded;
+  st->fold_recv_src = src;
+  st->folds_uncounted++;
+  return 1;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Variant 1: sock tracepoints (tp_btf).                                                      */
 
@@ -1626,6 +1676,7 @@ static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 
     st->fd = fd;
     st->generation = next_generation(pid_tgid >> 32, fd, st->conn_id);
   }
+  if (direction == FC_DIR_RECV && fold_body_read(st, sk, src, (__u32)ret)) return 0;
   emit_data(st, sk, pid_tgid, src, arg_buf, arg_cnt, (__u32)ret, direction, task);
   return 0;
 }

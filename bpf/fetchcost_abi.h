@@ -21,6 +21,12 @@
  *        or an empty send record (length 0) that carries it if a receive or the close comes
  *        first. Userspace hands such a hole on as the sendfile record it stands for, so
  *        consumers see every call's bytes.
+ *        Folded object-body reads (sock variant, object-store connections without hooked
+ *        TLS): a read of a response's body that leaves bytes in the socket's receive queue has
+ *        no record of its own; the connection's next receive record covers it (hole_before), or
+ *        an empty receive record (length 0, the reads' source) if a send or the close comes
+ *        first. The read that empties the queue keeps its record. Userspace hands the hole on as
+ *        one read of that source.
  *        Gathered sends (sock variant only): on a Kafka client connection, the sends of a
  *        response (its header, partition headers between sendfiles) are gathered into one
  *        record (FC_SRC_GATHERED) that covers them and the sendfiles between them, up to the
@@ -183,9 +189,10 @@ struct fc_data_event {
   fc_u8 source;       /* enum fc_source */
   fc_u8 nsegs;        /* valid entries in segs */
   fc_u8 tls_lib;      /* enum fc_tls_lib for TLS_DATA */
-  fc_u32 hole_before; /* send records of Kafka client connections: sendfile bytes folded in
-                         right before this call, stream [stream_pos - hole_before, stream_pos),
-                         length only (see "folded sendfiles" above) */
+  fc_u32 hole_before; /* bytes of calls folded in right before this call, stream
+                         [stream_pos - hole_before, stream_pos), length only: sendfiles (send
+                         records of Kafka client connections) or object-body reads (receive
+                         records of object-store connections); see "Folded" above */
   struct fc_segment segs[FC_MAX_SEGMENTS];
 };
 FC_STATIC_ASSERT(sizeof(struct fc_data_event) == 216, "fc_data_event layout changed");
@@ -285,7 +292,7 @@ enum fc_counter {
   FC_COUNTER_COPY_FAULTS = 2,
   FC_COUNTER_TLS_EVENTS = 3,
   FC_COUNTER_CONN_EVENTS = 4,
-  FC_COUNTER_FOLDED = 5,   /* sendfiles folded into a later record (no record of their own) */
+  FC_COUNTER_FOLDED = 5,   /* calls folded into a later record (no record of their own) */
   FC_COUNTER_GATHERED = 6, /* sends gathered into a later record (no record of their own) */
   FC_COUNTER_CIPHERTEXT_SKIPPED = 7, /* socket calls of a connection whose TLS plaintext is seen
                                         (TLS_DATA): no record, unless cfg_record_ciphertext */

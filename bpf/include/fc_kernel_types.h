@@ -64,6 +64,12 @@ struct sock {
   __u16 sk_protocol;
 };
 
+/* What a read left in a TCP socket's receive queue: rcv_nxt - copied_seq. */
+struct tcp_sock {
+  __u32 rcv_nxt;
+  __u32 copied_seq;
+};
+
 struct socket {
   struct sock* sk;
 };

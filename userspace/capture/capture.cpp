@@ -429,10 +429,10 @@ struct Capture::Impl {
           std::uint64_t{d->c.skipped_before} + d->hole_before <= d->stream_pos)
         deliver_stand_in(skipped_event, *d, d->stream_pos - d->hole_before - d->c.skipped_before,
                          d->c.skipped_before, FC_SRC_SKIPPED);
-      if (d->hole_before != 0 && d->direction == FC_DIR_SEND && d->hole_before <= d->stream_pos)
+      if (d->hole_before != 0 && d->hole_before <= d->stream_pos)
         deliver_stand_in(folded_event, *d, d->stream_pos - d->hole_before, d->hole_before,
-                         FC_SRC_SENDFILE);
-      if (d->length == 0) return;  // only carried folded sendfiles (a receive or close came)
+                         d->direction == FC_DIR_SEND ? FC_SRC_SENDFILE : d->source);
+      if (d->length == 0) return;  // only carried folded calls (another call or the close came)
       std::size_t payload = std::min<std::size_t>(d->captured, payload_room);
       std::size_t nsegs = d->nsegs > FC_MAX_SEGMENTS ? FC_MAX_SEGMENTS : d->nsegs;
       view.data = d;
@@ -450,8 +450,9 @@ struct Capture::Impl {
 
   // A length-only stand-in for bytes record `d` covers without a call of their own, handed on
   // before it, so consumers see the stream exactly as if each had a record:
-  // - sendfiles the BPF side folded into it (bpf/capture.bpf.c, response framing), as the one
-  //   sendfile record they add up to (hole_before);
+  // - calls the BPF side folded into it (hole_before, bpf/capture.bpf.c): a Kafka response's
+  //   sendfiles, as the one sendfile record they add up to; an object body's reads, as one read
+  //   of the carrying record's source;
   // - whole messages the BPF side left out right before it (quiet fetches, skipped_before), as
   //   one record of source FC_SRC_SKIPPED.
   void deliver_stand_in(fc_data_event& ev, const fc_data_event& d, std::uint64_t position,
@@ -466,7 +467,7 @@ struct Capture::Impl {
     ev.source = source;
     EventView view{ev.c};
     view.data = &ev;
-    view.folded = source == FC_SRC_SENDFILE;
+    view.folded = source != FC_SRC_SKIPPED;
     view.skipped = source == FC_SRC_SKIPPED;
     ++delivered;
     handler(view);

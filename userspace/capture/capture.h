@@ -115,7 +115,9 @@ struct Counters {
   std::uint64_t copy_faults = 0;
   std::uint64_t tls_events = 0;
   std::uint64_t conn_events = 0;
-  std::uint64_t folded = 0;    // sendfiles reported by a later record (no record of their own)
+  // calls reported by a later record, none of their own: a Kafka response's sendfiles, an
+  // object body's reads that left bytes queued behind them
+  std::uint64_t folded = 0;
   std::uint64_t gathered = 0;  // sends gathered into a response's record (none of their own)
   // socket calls of connections whose TLS plaintext is seen: counted, not recorded
   std::uint64_t ciphertext_skipped = 0;
@@ -137,7 +139,9 @@ struct EventView {
   const fc_conn_event* conn = nullptr;
   std::span<const std::uint8_t> payload;
   std::span<const fc_segment> segments;
-  bool folded = false;  // sendfiles the BPF side folded into the next record (length only)
+  // Calls the BPF side folded into the next record (length only): a Kafka response's sendfiles
+  // (source FC_SRC_SENDFILE) or an object body's reads (a receive source).
+  bool folded = false;
   // Whole Kafka messages the BPF side left out (quiet fetches; length only, source
   // FC_SRC_SKIPPED): consumers move past them to the message boundary after them.
   bool skipped = false;

@@ -1647,3 +1647,102 @@ TEST_CASE("an object store's response: its header's read up to head_bytes, its b
     run_store(Variant::kSockTracepoints, 0, {3000, 0, 0, 0, 300});
   }
 }
+
+namespace {
+
+// Object-body reads that leave bytes queued behind them are folded (sock variant): the broker's
+// object-store connection reads responses that arrived whole, in pieces (a JVM HTTP client's
+// buffer). Each step: the request written first, the bytes the store then writes at once (as in
+// `response_bytes`), the reads the client makes; then the client closes with bytes still unread.
+struct StoreStep {
+  std::size_t request;
+  std::vector<std::size_t> reads;
+};
+const std::vector<StoreStep> kQueuedSteps = {
+    {50, {3000, 5000, 200, 3000}},  // a GET: header, two body reads with more queued, the last
+    {50, {300, 700}},               // a GET whose last 1,000 bytes are read after ...
+    {50, {1000}},                   // ... the next request went out (pipelined)
+    {50, {1000, 1000}},             // a GET whose reader closes with 1,000 bytes still queued
+};
+constexpr std::size_t kQueuedUnread = 1000;
+constexpr unsigned kQueuedSeed = 140;
+
+int store_queued_scenario(Child& self) {
+  Loopback lb;
+  if (!open_pair(lb, AF_INET)) return 10;
+  self.report(lb.listen_port);
+  self.wait_parent();  // the listener's port is an object-store port now
+  unsigned seed = kQueuedSeed;
+  // What the store writes at each step, whole before the reads, so they find more queued.
+  std::vector<std::size_t> response_bytes = {11200, 2000, 0, 2000 + kQueuedUnread};
+  for (std::size_t i = 0; i < kQueuedSteps.size(); ++i) {
+    const auto& step = kQueuedSteps[i];
+    const std::string r = pattern(step.request, seed++);
+    std::string got(step.request, '\0');
+    if (write(lb.client, r.data(), r.size()) != static_cast<ssize_t>(r.size()) ||
+        !wait_inq(lb.server, r.size()) ||
+        read(lb.server, got.data(), got.size()) != static_cast<ssize_t>(got.size()))
+      return 11;
+    if (response_bytes[i] != 0) {
+      const std::string body = pattern(response_bytes[i], seed++);
+      if (write(lb.server, body.data(), body.size()) != static_cast<ssize_t>(body.size()) ||
+          !wait_inq(lb.client, body.size()))
+        return 12;
+    }
+    for (std::size_t n : step.reads) {
+      std::string got(n, '\0');
+      if (read(lb.client, got.data(), n) != static_cast<ssize_t>(n)) return 13;
+    }
+  }
+  close(lb.client);  // 1,000 bytes unread: the last read's fold is reported by the close
+  self.report(lb.client_port);
+  self.wait_parent();
+  return 0;
+}
+
+// What the capture hands on, in stream order: (length, captured, folded).
+struct Piece {
+  std::size_t length, captured;
+  bool folded;
+};
+
+void run_store_queued(Variant variant) {
+  fc::capture::Policy policy{4096, 4096, FC_ROLE_OBJECT_STORE, 16384, 256};
+  auto reads = with_port_policy(variant, store_queued_scenario, true, policy, FC_DIR_RECV);
+  std::sort(reads.begin(), reads.end(),
+            [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
+  // From the scenario's reads: a response's first read is its header (up to head_bytes, 2048
+  // here), the rest body; a body read with bytes queued behind it is folded (sock variant),
+  // joined with the body reads folded right after it, into one piece handed on before the next.
+  const bool folds = variant == Variant::kSockTracepoints;
+  const std::vector<Piece> expected =
+      folds ? std::vector<Piece>{{3000, 2048, false}, {5200, 0, true}, {3000, 0, false},
+                                 {300, 300, false},   {700, 0, true},  {1000, 1000, false},
+                                 {1000, 1000, false}, {1000, 0, true}}
+            : std::vector<Piece>{{3000, 2048, false}, {5000, 0, false},    {200, 0, false},
+                                 {3000, 0, false},    {300, 300, false},   {700, 0, false},
+                                 {1000, 1000, false}, {1000, 1000, false}, {1000, 0, false}};
+  REQUIRE(reads.size() == expected.size());
+  std::size_t pos = 0;
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    INFO("piece " << i);
+    CHECK(reads[i].data.stream_pos == pos);
+    CHECK(reads[i].data.length == expected[i].length);
+    CHECK(reads[i].data.captured == expected[i].captured);
+    CHECK(reads[i].folded == expected[i].folded);
+    CHECK(reads[i].data.source == FC_SRC_READ);
+    CHECK(reads[i].common.role == FC_ROLE_OBJECT_STORE);
+    pos += expected[i].length;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("an object body's reads with more queued behind them are folded into the next record") {
+  SUBCASE("sock tracepoints") {
+    run_store_queued(Variant::kSockTracepoints);
+  }
+  SUBCASE("syscall tracepoints: a record per read") {
+    run_store_queued(Variant::kSyscallTracepoints);
+  }
+}
