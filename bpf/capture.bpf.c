@@ -142,7 +142,10 @@ struct conn_state {
    * response being left out began (RESP_SKIP), and the bytes of whole messages left out per
    * direction that no record has reported yet. */
   __u8 req_held;
-  __u8 pad2[3];
+  /* Object-store connections: the source of the last receive recorded, which object-body reads
+   * folded after it share (fold_body_read runs before the call's registers are read). */
+  __u8 recv_src;
+  __u8 pad2[2];
   __u32 req_slot;
   __u64 skip_from;
   __u64 skipped[2];
@@ -1431,6 +1434,7 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
      * many reads as the socket hands it over in, often below bulk_from each. Its header is in
      * the first read after the request went out; every read after that one is object body. */
     if (direction == FC_DIR_RECV && st->policy.role == FC_ROLE_OBJECT_STORE) {
+      st->recv_src = src;
       call_cap = object_store_read_cap(call_cap, &st->policy, st->bulk_run[d]);
       iov_cap = min_u32(iov_cap, call_cap);
     }
@@ -1616,15 +1620,17 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
  * record (fill_data_hdr). The read that empties the queue, the response's last among them,
  * keeps its record, so the response's end is reported when it is read, not later. A send (the
  * next request) or the close reports a pending fold first, in an empty receive record.
- * Called before emit_data, as fold_continuation is for sends: inside it, one more branch that
- * returns doubled the paths the verifier walks. Returns 1 if folded. */
-static __always_inline int fold_body_read(struct conn_state* st, struct sock* sk, __u8 src,
-                                          __u32 ret) {
+ * Called right after the socket's state is found, as fold_continuation is for sends: before the
+ * call's registers are read (the reads share the source of the receive recorded before them),
+ * and outside emit_data, where one more branch that returns doubled the paths the verifier
+ * walks. Returns 1 if folded. */
+static __always_inline int fold_body_read(struct conn_state* st, struct sock* sk, __u32 ret) {
   if (st->policy.role != FC_ROLE_OBJECT_STORE || !st->bulk_run[FC_DIR_RECV] || st->tls ||
       st->policy_epoch != policy_epoch + 1)
     return 0; /* not inside a response's body, or its policy must be looked up again */
   if (st->fold_len && !st->fold_recv_src) return 0; /* sendfile bytes pending (a role change) */
   __u64 folded = (__u64)st->fold_len + ret;
+  __u8 src = st->recv_src;
   if (folded > 0xffffffffU || src == FC_SRC_UNKNOWN) return 0;
   struct tcp_sock* tp = bpf_skc_to_tcp_sock(sk);
   if (!tp) return 0;
@@ -1651,6 +1657,7 @@ static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 
   /* The socket's state before the call's registers: a sendfile's later splices need no more. */
   struct conn_state* st = bpf_sk_storage_get(&conn_store, sk, 0, 0);
   if (st && direction == FC_DIR_SEND && fold_continuation(st, (__u32)ret)) return 0;
+  if (st && direction == FC_DIR_RECV && fold_body_read(st, sk, (__u32)ret)) return 0;
 
   struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(task);
   __u8 src = FC_SRC_IO_URING;
@@ -1676,7 +1683,6 @@ static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 
     st->fd = fd;
     st->generation = next_generation(pid_tgid >> 32, fd, st->conn_id);
   }
-  if (direction == FC_DIR_RECV && fold_body_read(st, sk, src, (__u32)ret)) return 0;
   emit_data(st, sk, pid_tgid, src, arg_buf, arg_cnt, (__u32)ret, direction, task);
   return 0;
 }

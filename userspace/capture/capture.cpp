@@ -222,7 +222,8 @@ struct Capture::Impl {
   double load_seconds = 0;
   std::map<pid_t, Target> targets;
   std::uint64_t delivered = 0;
-  fc_data_event widened_event{};  // a short or one-segment record widened (on_sample)
+  std::uint64_t folded_read_pieces = 0;  // Status::folded_read_pieces
+  fc_data_event widened_event{};         // a short or one-segment record widened (on_sample)
   fc_data_event folded_event{};   // the sendfiles a record's hole_before stands for (on_sample)
   fc_data_event skipped_event{};  // the whole messages a record's skipped_before stands for
 
@@ -429,9 +430,11 @@ struct Capture::Impl {
           std::uint64_t{d->c.skipped_before} + d->hole_before <= d->stream_pos)
         deliver_stand_in(skipped_event, *d, d->stream_pos - d->hole_before - d->c.skipped_before,
                          d->c.skipped_before, FC_SRC_SKIPPED);
-      if (d->hole_before != 0 && d->hole_before <= d->stream_pos)
+      if (d->hole_before != 0 && d->hole_before <= d->stream_pos) {
+        folded_read_pieces += d->direction == FC_DIR_RECV;
         deliver_stand_in(folded_event, *d, d->stream_pos - d->hole_before, d->hole_before,
                          d->direction == FC_DIR_SEND ? FC_SRC_SENDFILE : d->source);
+      }
       if (d->length == 0) return;  // only carried folded calls (another call or the close came)
       std::size_t payload = std::min<std::size_t>(d->captured, payload_room);
       std::size_t nsegs = d->nsegs > FC_MAX_SEGMENTS ? FC_MAX_SEGMENTS : d->nsegs;
@@ -936,6 +939,7 @@ Status Capture::status() const {
   s.per_cpu = per_cpu();
   s.totals = sum_of(s.per_cpu);
   s.delivered = impl_->delivered;
+  s.folded_read_pieces = impl_->folded_read_pieces;
   s.reader_realtime = impl_->reader_realtime;
   s.reader_priority_error = impl_->reader_priority_error;
   s.spool_bytes = impl_->spool.held_bytes();

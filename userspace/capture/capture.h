@@ -192,7 +192,9 @@ struct Status {
   double load_seconds = 0;  // wall time the kernel took to load (verify) the programs
   std::vector<Counters> per_cpu;
   Counters totals;
-  std::uint64_t delivered = 0;        // records handed to the handler
+  std::uint64_t delivered = 0;  // records handed to the handler
+  // receive pieces handed on for object-body reads the BPF side folded (each one or more reads)
+  std::uint64_t folded_read_pieces = 0;
   bool reader_realtime = false;       // the ring reader runs at real-time priority
   std::string reader_priority_error;  // why not, when it was asked to
   // Records the ring reader moved out of the rings that the drain has not decoded yet (now, the
