@@ -906,9 +906,8 @@ static __always_inline void flush_fold(struct conn_state* st, __u64 pid_tgid,
                                        struct task_struct* task, __u64 recv_end) {
   __u32 n = st->fold_len;
   __u8 recv_src = st->fold_recv_src;
-  if (!n || (!recv_src && st->resp_state == RESP_SKIP))
-    return; /* a skipped response's splices
-                stay out */
+  /* A skipped response's splices stay out. */
+  if (!n || (!recv_src && st->resp_state == RESP_SKIP)) return;
   __u8 d = recv_src ? FC_DIR_RECV : FC_DIR_SEND;
   st->fold_len = 0;
   st->fold_recv_src = 0;
