@@ -1610,20 +1610,21 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   submit(ev, size);
 }
 
-/* Object-body reads (sock variant, the broker's object-store connections, plaintext or opaque
- * TLS): a GET's response body comes in as many reads as the client's buffer takes (a JVM HTTP
- * client reads 8-16 KiB at a time, hundreds of reads per 4 MiB chunk), each a record of its length
- * alone. A body read that leaves bytes in the socket's receive queue is certain to be followed
- * by another read of this connection (or its close), so it makes no record: its length is
- * folded into the connection and reported as hole_before of the connection's next receive
- * record (fill_data_hdr). The read that empties the queue, the response's last among them,
- * keeps its record, so the response's end is reported when it is read, not later. A send (the
- * next request) or the close reports a pending fold first, in an empty receive record.
- * Called right after the socket's state is found, as fold_continuation is for sends: before the
- * call's registers are read (the reads share the source of the receive recorded before them),
- * and outside emit_data, where one more branch that returns doubled the paths the verifier
- * walks. Returns 1 if folded. */
-static __always_inline int fold_body_read(struct conn_state* st, struct sock* sk, __u32 ret) {
+/* Object-body reads (the broker's object-store connections, plaintext or opaque TLS): a GET's
+ * response body comes in as many reads as the client's buffer takes (a JVM HTTP client reads
+ * 8-16 KiB at a time, hundreds of reads per 4 MiB chunk), each a record of its length alone. A
+ * body read that leaves bytes in the socket's receive queue is certain to be followed by another
+ * read of this connection (or its close), so it makes no record: its length is folded into the
+ * connection and reported as hole_before of the connection's next receive record
+ * (fill_data_hdr). The read that empties the queue, the response's last among them, keeps its
+ * record, so the response's end is reported when it is read, not later. A send (the next
+ * request) or the close reports a pending fold first, in an empty receive record. The folded
+ * reads share the source of the receive recorded before them.
+ * Called right after the socket's state is found, outside emit_data, where one more branch that
+ * returns doubled the paths the verifier walks; in the sock variant, as fold_continuation is for
+ * sends, before the call's registers are read. Returns 1 if folded. */
+static __always_inline int fold_body_read(struct conn_state* st, struct sock* sk, __u32 ret,
+                                          int trusted_sk) {
   if (st->policy.role != FC_ROLE_OBJECT_STORE || !st->bulk_run[FC_DIR_RECV] || st->tls ||
       st->policy_epoch != policy_epoch + 1)
     return 0; /* not inside a response's body, or its policy must be looked up again */
@@ -1631,11 +1632,20 @@ static __always_inline int fold_body_read(struct conn_state* st, struct sock* sk
   __u64 folded = (__u64)st->fold_len + ret;
   __u8 src = st->recv_src;
   if (folded > 0xffffffffU || src == FC_SRC_UNKNOWN) return 0;
-  struct tcp_sock* tp = bpf_skc_to_tcp_sock(sk);
-  if (!tp) return 0;
   /* Unread bytes after this read. More than one: a FIN counts one in rcv_nxt, and a fold behind
    * it would wait for the close. */
-  if (tp->rcv_nxt - tp->copied_seq <= 1) return 0;
+  __u32 queued;
+  if (trusted_sk) { /* sock variant */
+    struct tcp_sock* tp = bpf_skc_to_tcp_sock(sk);
+    if (!tp) return 0;
+    queued = tp->rcv_nxt - tp->copied_seq;
+  } else { /* syscall variants: the socket found from the fd, read by CO-RE probe reads. A stream
+            * socket that is not TCP (MPTCP, SCTP) gives a meaningless count here, which can only
+            * fold a last read, reported then by the connection's next call or close. */
+    struct tcp_sock* tp = (struct tcp_sock*)sk;
+    queued = BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq);
+  }
+  if (queued <= 1) return 0;
   __sync_fetch_and_add(&st->pos[FC_DIR_RECV], (__u64)ret);
   st->fold_len = (__u32)folded;
   st->fold_recv_src = src;
@@ -1656,7 +1666,7 @@ static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 
   /* The socket's state before the call's registers: a sendfile's later splices need no more. */
   struct conn_state* st = bpf_sk_storage_get(&conn_store, sk, 0, 0);
   if (st && direction == FC_DIR_SEND && fold_continuation(st, (__u32)ret)) return 0;
-  if (st && direction == FC_DIR_RECV && fold_body_read(st, sk, (__u32)ret)) return 0;
+  if (st && direction == FC_DIR_RECV && fold_body_read(st, sk, (__u32)ret, 1)) return 0;
 
   struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(task);
   __u8 src = FC_SRC_IO_URING;
@@ -1870,6 +1880,8 @@ static __always_inline int on_call_exit(const struct sc_args* ap, long ret, __u6
   __u32 len = (__u32)ret;
   if (src == FC_SRC_RECVMMSG || src == FC_SRC_SENDMMSG) len = mmsg_total(a.args[1], ret);
   if (len == 0) return 0;
+  if (direction == FC_DIR_RECV && src != FC_SRC_RECVMMSG && fold_body_read(st, sk, len, 0))
+    return 0;
   emit_data(st, 0, pid_tgid, src, a.args[1], a.args[2], len, direction, task);
   return 0;
 }

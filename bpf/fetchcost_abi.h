@@ -21,18 +21,16 @@
  *        or an empty send record (length 0) that carries it if a receive or the close comes
  *        first. Userspace hands such a hole on as the sendfile record it stands for, so
  *        consumers see every call's bytes.
- *        Folded object-body reads (sock variant, object-store connections without hooked
- *        TLS): a read of a response's body that leaves bytes in the socket's receive queue has
- *        no record of its own; the connection's next receive record covers it (hole_before), or
- *        an empty receive record (length 0, the reads' source) if a send or the close comes
- *        first. The read that empties the queue keeps its record. Userspace hands the hole on as
- *        one read of that source.
- *        Gathered sends (sock variant only): on a Kafka client connection, the sends of a
- *        response (its header, partition headers between sendfiles) are gathered into one
- *        record (FC_SRC_GATHERED) that covers them and the sendfiles between them, up to the
- *        call that ends the response: its segments are the headers' bytes, every other byte
- *        of its range is a sendfile's or an uncaptured body's. It comes when the response
- *        ends, or earlier if its buffer is full, a send cannot be gathered, a receive comes or
+ *        Folded object-body reads (object-store connections without hooked TLS): a read of a
+ * response's body that leaves bytes in the socket's receive queue has no record of its own; the
+ * connection's next receive record covers it (hole_before), or an empty receive record (length 0,
+ * the reads' source) if a send or the close comes first. The read that empties the queue keeps its
+ * record. Userspace hands the hole on as one read of that source. Gathered sends (sock variant
+ * only): on a Kafka client connection, the sends of a response (its header, partition headers
+ * between sendfiles) are gathered into one record (FC_SRC_GATHERED) that covers them and the
+ * sendfiles between them, up to the call that ends the response: its segments are the headers'
+ * bytes, every other byte of its range is a sendfile's or an uncaptured body's. It comes when the
+ * response ends, or earlier if its buffer is full, a send cannot be gathered, a receive comes or
  *        the connection closes; its timestamp is when it left, not when the response began.
  *        A gathered record of one call only (a response sent whole by its first send) has
  *        that call's source. A response's first send too large for the gather (more than
