@@ -1599,20 +1599,28 @@ namespace {
 // The broker's connection to an object store (harness.h, kStoreReads): plain TCP.
 constexpr unsigned kStoreSeed = 120;
 
-int store_scenario(Child& self) {
-  Loopback lb;
-  if (!open_pair(lb, AF_INET)) return 10;
+// A loopback pair whose listener's port the parent makes an object-store port.
+bool open_store_loopback(Child& self, Loopback& lb) {
+  if (!open_pair(lb, AF_INET)) return false;
   self.report(lb.listen_port);
   self.wait_parent();  // the listener's port is an object-store port now
-  auto request = [&](unsigned seed) {
-    const std::string r = pattern(50, seed);
-    std::string got(50, '\0');
-    return write(lb.client, r.data(), 50) == 50 && wait_inq(lb.server, 50) &&
-           read(lb.server, got.data(), 50) == 50;
-  };
+  return true;
+}
+
+// The broker's request: `n` bytes written by the client, read whole by the store.
+bool store_request(const Loopback& lb, std::size_t n, unsigned seed) {
+  const std::string r = pattern(n, seed);
+  std::string got(n, '\0');
+  return write(lb.client, r.data(), n) == static_cast<ssize_t>(n) && wait_inq(lb.server, n) &&
+         read(lb.server, got.data(), n) == static_cast<ssize_t>(n);
+}
+
+int store_scenario(Child& self) {
+  Loopback lb;
+  if (!open_store_loopback(self, lb)) return 10;
   const auto chunks = store_chunks(kStoreSeed);
   for (std::size_t i = 0; i < chunks.size(); ++i) {
-    if ((i == 0 || i == 4) && !request(110 + static_cast<unsigned>(i))) return 11;
+    if ((i == 0 || i == 4) && !store_request(lb, 50, 110 + static_cast<unsigned>(i))) return 11;
     const std::string& chunk = chunks[i];
     std::string got(kStoreReads[i], '\0');
     if (write(lb.server, chunk.data(), chunk.size()) != static_cast<ssize_t>(chunk.size()) ||
@@ -1669,20 +1677,13 @@ constexpr unsigned kQueuedSeed = 140;
 
 int store_queued_scenario(Child& self) {
   Loopback lb;
-  if (!open_pair(lb, AF_INET)) return 10;
-  self.report(lb.listen_port);
-  self.wait_parent();  // the listener's port is an object-store port now
+  if (!open_store_loopback(self, lb)) return 10;
   unsigned seed = kQueuedSeed;
   // What the store writes at each step, whole before the reads, so they find more queued.
   std::vector<std::size_t> response_bytes = {11200, 2000, 0, 2000 + kQueuedUnread};
   for (std::size_t i = 0; i < kQueuedSteps.size(); ++i) {
     const auto& step = kQueuedSteps[i];
-    const std::string r = pattern(step.request, seed++);
-    std::string got(step.request, '\0');
-    if (write(lb.client, r.data(), r.size()) != static_cast<ssize_t>(r.size()) ||
-        !wait_inq(lb.server, r.size()) ||
-        read(lb.server, got.data(), got.size()) != static_cast<ssize_t>(got.size()))
-      return 11;
+    if (!store_request(lb, step.request, seed++)) return 11;
     if (response_bytes[i] != 0) {
       const std::string body = pattern(response_bytes[i], seed++);
       if (write(lb.server, body.data(), body.size()) != static_cast<ssize_t>(body.size()) ||
