@@ -145,10 +145,15 @@ struct conn_state {
   /* Object-store connections: the source of the last receive recorded, which object-body reads
    * folded after it share (fold_body_read runs before the call's registers are read). */
   __u8 recv_src;
-  __u8 pad2[2];
+  /* Sock variant: a CPU's body hint (body_hints) may fold this socket's reads without this
+   * state; recv_seq is the socket's copied_seq after the last receive this state counts. */
+  __u8 body_hinted;
+  __u8 pad2;
   __u32 req_slot;
   __u64 skip_from;
   __u64 skipped[2];
+  __u32 recv_seq;
+  __u32 pad3;
 };
 /* The value starts 8 bytes into its line: what fold_continuation touches, before conn_id, fits. */
 _Static_assert(__builtin_offsetof(struct conn_state, conn_id) <= 56,
@@ -270,6 +275,14 @@ struct {
   __type(key, __u32);
   __type(value, __u64);
 } counters SEC(".maps");
+
+/* Sock variant: per CPU, the object-store socket whose body its reads fold (fetchcost_abi.h). */
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct fc_body_hint);
+} body_hints SEC(".maps");
 
 /* Scratch space to build one variable-length event without using the 512-byte stack, one slot
  * per CPU (a plain array: a per-CPU value may not exceed 32 KiB). The payload area is twice
@@ -1610,6 +1623,52 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   submit(ev, size);
 }
 
+/* Body hints (fetchcost_abi.h): set by a body read folded in step with the socket's copied_seq;
+ * a later read of the socket on this CPU is folded without the connection's state while no byte
+ * was written on the socket since (a request) and no policy changed. */
+static __always_inline void set_body_hint(struct conn_state* st, struct sock* sk, __u32 write_seq) {
+  __u32 zero = 0;
+  struct fc_body_hint* h = bpf_map_lookup_elem(&body_hints, &zero);
+  if (!h) return;
+  h->sk = (__u64)sk;
+  h->policy_epoch = policy_epoch;
+  h->write_seq = write_seq;
+  st->body_hinted = 1;
+}
+
+/* A receive that this CPU's body hint folds: returns 1, and the connection's state is not
+ * looked up (catch_up_hinted counts the bytes at its next other event). */
+static __always_inline int folded_by_hint(struct sock* sk) {
+  __u32 zero = 0;
+  struct fc_body_hint* h = bpf_map_lookup_elem(&body_hints, &zero);
+  if (!h || h->sk != (__u64)sk || h->policy_epoch != policy_epoch) return 0;
+  struct tcp_sock* tp = bpf_skc_to_tcp_sock(sk);
+  if (!tp || tp->write_seq != h->write_seq || tp->rcv_nxt - tp->copied_seq <= 1) return 0;
+  h->reads++;
+  return 1;
+}
+
+/* Reads folded by body hints left the connection's state as it was; the socket's copied_seq has
+ * their bytes. Before the connection's next other event (`this_read`: the bytes of the receive
+ * in progress, if it is one) they join its pending fold. A send or the close ends the hints. */
+static __always_inline void catch_up_hinted(struct conn_state* st, struct sock* sk,
+                                            __u32 this_read, int ends) {
+  struct tcp_sock* tp = bpf_skc_to_tcp_sock(sk);
+  if (!tp) return;
+  __u32 copied = tp->copied_seq;
+  __u32 gap = copied - this_read - st->recv_seq;
+  st->recv_seq = copied;
+  if (ends) st->body_hinted = 0;
+  /* The hint was set with a receive fold pending, and only a send or the close (which catch up
+   * first) can report it; a gap that large is a concurrent read racing this one. */
+  if (!gap || gap > 0x7fffffffU || (st->fold_len && !st->fold_recv_src) ||
+      gap > 0xffffffffU - st->fold_len)
+    return;
+  __sync_fetch_and_add(&st->pos[FC_DIR_RECV], (__u64)gap);
+  st->fold_len += gap;
+  st->fold_recv_src = st->recv_src;
+}
+
 /* Object-body reads (the broker's object-store connections, plaintext or opaque TLS): a GET's
  * response body comes in as many reads as the client's buffer takes (a JVM HTTP client reads
  * 8-16 KiB at a time, hundreds of reads per 4 MiB chunk), each a record of its length alone. A
@@ -1638,7 +1697,17 @@ static __always_inline int fold_body_read(struct conn_state* st, struct sock* sk
   if (trusted_sk) { /* sock variant */
     struct tcp_sock* tp = bpf_skc_to_tcp_sock(sk);
     if (!tp) return 0;
-    queued = tp->rcv_nxt - tp->copied_seq;
+    __u32 copied = tp->copied_seq;
+    queued = tp->rcv_nxt - copied;
+    /* The socket's copied_seq moved by this read alone since the last one seen here (or
+     * catch_up_hinted saw it, this call): it counts what the reads return (no kernel TLS, no
+     * reads outside these hooks), so this CPU's next reads of the socket can be folded by its
+     * body hint and counted from it later. */
+    __u32 moved = copied - st->recv_seq;
+    int in_step = moved == ret || moved == 0;
+    st->recv_seq = copied;
+    if (queued <= 1) return 0;
+    if (in_step) set_body_hint(st, sk, tp->write_seq);
   } else { /* syscall variants: the socket found from the fd, read by CO-RE probe reads. A stream
             * socket that is not TCP (MPTCP, SCTP) gives a meaningless count here, which can only
             * fold a last read, reported then by the connection's next call or close. */
@@ -1656,6 +1725,7 @@ static __always_inline int fold_body_read(struct conn_state* st, struct sock* sk
 /* ---------------------------------------------------------------------------------------- */
 /* Variant 1: sock tracepoints (tp_btf).                                                      */
 
+
 static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 direction) {
   if (ret <= 0) return 0;
   /* Trusted BTF pointers: plain (CO-RE relocated) loads, no probe-read helper calls. */
@@ -1663,9 +1733,12 @@ static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 
   __u64 pid_tgid = pid_tgid_of(task);
   if (!is_target(pid_tgid >> 32)) return 0;
   if (direction == FC_DIR_RECV && (flags & MSG_PEEK)) return 0; /* not consumed */
+  if (direction == FC_DIR_RECV && folded_by_hint(sk)) return 0;
   /* The socket's state before the call's registers: a sendfile's later splices need no more. */
   struct conn_state* st = bpf_sk_storage_get(&conn_store, sk, 0, 0);
   if (st && direction == FC_DIR_SEND && fold_continuation(st, (__u32)ret)) return 0;
+  if (st && st->body_hinted)
+    catch_up_hinted(st, sk, direction == FC_DIR_RECV ? (__u32)ret : 0, direction == FC_DIR_SEND);
   if (st && direction == FC_DIR_RECV && fold_body_read(st, sk, (__u32)ret, 1)) return 0;
 
   struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(task);
@@ -1716,6 +1789,7 @@ int BPF_PROG(sock_set_state, struct sock* sk, int oldstate, int newstate) {
   if (!cfg_conns_by_address) {
     struct conn_state* st = bpf_sk_storage_get(&conn_store, sk, 0, 0);
     if (!st) return 0;
+    if (st->body_hinted) catch_up_hinted(st, sk, 0, 1);
     if (!st->ignored) emit_close(st, sk, bpf_get_current_pid_tgid());
     /* Gone now, not when the socket is freed: a socket connected again is a new connection. */
     bpf_sk_storage_delete(&conn_store, sk);

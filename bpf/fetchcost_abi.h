@@ -25,7 +25,10 @@
  * response's body that leaves bytes in the socket's receive queue has no record of its own; the
  * connection's next receive record covers it (hole_before), or an empty receive record (length 0,
  * the reads' source) if a send or the close comes first. The read that empties the queue keeps its
- * record. Userspace hands the hole on as one read of that source. Gathered sends (sock variant
+ * record. Userspace hands the hole on as one read of that source. On the sock variant, once two
+ * body reads in a row were folded, a CPU's further reads of that socket are folded by its body
+ * hint (map `body_hints`) without the connection's state: their bytes are taken from the socket's
+ * copied_seq by the connection's next other event, so records are the same. Gathered sends (sock variant
  * only): on a Kafka client connection, the sends of a response (its header, partition headers
  * between sendfiles) are gathered into one record (FC_SRC_GATHERED) that covers them and the
  * sendfiles between them, up to the call that ends the response: its segments are the headers'
@@ -282,6 +285,20 @@ struct fc_tls_call {
   fc_u32 tgid;
 };
 FC_STATIC_ASSERT(sizeof(struct fc_tls_call) == 56, "fc_tls_call layout changed");
+
+/* Map `body_hints` (per CPU, one entry; sock variant): the object-store socket whose response
+ * body this CPU's reads fold. A read of that socket that leaves more than one byte queued, with
+ * no byte sent on it since (write_seq) and no policy changed (policy_epoch), is folded without a
+ * look at the connection's state (socket-local storage, about a sixth of the programs' time per
+ * such read): the connection's next other event takes its bytes from the socket's copied_seq. */
+struct fc_body_hint {
+  fc_u64 sk;           /* the socket's address; 0: none */
+  fc_u64 policy_epoch; /* the programs' policy_epoch when it was set */
+  fc_u32 write_seq;    /* the socket's tcp_sock.write_seq when it was set */
+  fc_u32 pad;
+  fc_u64 reads; /* reads folded by the hint alone (part of Counters::folded) */
+};
+FC_STATIC_ASSERT(sizeof(struct fc_body_hint) == 32, "fc_body_hint layout changed");
 
 /* Per-CPU self counters, indexed by enum fc_counter in a per-CPU array. */
 enum fc_counter {

@@ -64,10 +64,12 @@ struct sock {
   __u16 sk_protocol;
 };
 
-/* What a read left in a TCP socket's receive queue: rcv_nxt - copied_seq. */
+/* What a read left in a TCP socket's receive queue: rcv_nxt - copied_seq; write_seq moves when a
+ * request is written (body hints). */
 struct tcp_sock {
   __u32 rcv_nxt;
   __u32 copied_seq;
+  __u32 write_seq;
 };
 
 struct socket {

@@ -433,7 +433,7 @@ struct Capture::Impl {
       if (d->hole_before != 0 && d->hole_before <= d->stream_pos) {
         folded_read_pieces += d->direction == FC_DIR_RECV;
         deliver_stand_in(folded_event, *d, d->stream_pos - d->hole_before, d->hole_before,
-                         d->direction == FC_DIR_SEND ? FC_SRC_SENDFILE : d->source);
+                         d->direction == FC_DIR_SEND ? fc_u8{FC_SRC_SENDFILE} : d->source);
       }
       if (d->length == 0) return;  // only carried folded calls (another call or the close came)
       std::size_t payload = std::min<std::size_t>(d->captured, payload_room);
@@ -872,6 +872,14 @@ std::vector<Counters> Capture::per_cpu() const {
   read(FC_COUNTER_GATHER_NO_SLOT, &Counters::gather_no_slot);
   read(FC_COUNTER_WAKEUPS, &Counters::wakeups);
   read(FC_COUNTER_QUIET_FETCHES, &Counters::quiet_fetches);
+  std::vector<fc_body_hint> hints(static_cast<std::size_t>(impl_->cpus));
+  const __u32 zero = 0;
+  if (bpf_map__lookup_elem(impl_->skel->maps.body_hints, &zero, sizeof(zero), hints.data(),
+                           hints.size() * sizeof(fc_body_hint), 0) == 0)
+    for (std::size_t i = 0; i < hints.size(); ++i) {
+      result[i].folded_by_hint = hints[i].reads;
+      result[i].folded += hints[i].reads;
+    }
   return result;
 }
 
@@ -886,6 +894,7 @@ Counters sum_of(const std::vector<Counters>& per_cpu) {
     sum.tls_events += c.tls_events;
     sum.conn_events += c.conn_events;
     sum.folded += c.folded;
+    sum.folded_by_hint += c.folded_by_hint;
     sum.gathered += c.gathered;
     sum.ciphertext_skipped += c.ciphertext_skipped;
     sum.gather_no_slot += c.gather_no_slot;

@@ -118,6 +118,9 @@ struct Counters {
   // calls reported by a later record, none of their own: a Kafka response's sendfiles, an
   // object body's reads that left bytes queued behind them
   std::uint64_t folded = 0;
+  // of `folded`: object-body reads folded by a CPU's body hint, without the connection's state
+  // being looked up (sock variant; fetchcost_abi.h, fc_body_hint)
+  std::uint64_t folded_by_hint = 0;
   std::uint64_t gathered = 0;  // sends gathered into a response's record (none of their own)
   // socket calls of connections whose TLS plaintext is seen: counted, not recorded
   std::uint64_t ciphertext_skipped = 0;

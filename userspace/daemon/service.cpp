@@ -621,6 +621,7 @@ struct Service::Impl {
       doc["tls_events"] = capture_status.totals.tls_events;
       doc["folded_calls"] = capture_status.totals.folded;
       doc["folded_read_pieces"] = capture_status.folded_read_pieces;
+      doc["folded_by_hint"] = capture_status.totals.folded_by_hint;
       doc["tls_ciphertext_calls_skipped"] = capture_status.totals.ciphertext_skipped;
       doc["responses_not_gathered"] = capture_status.totals.gather_no_slot;
       doc["quiet_fetches"] = {

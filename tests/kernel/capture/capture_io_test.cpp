@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -652,7 +653,8 @@ namespace {
 struct TargetRun {
   std::vector<Record> records;
   std::uint16_t client_port = 0;
-  std::uint64_t folded = 0;  // the capture's count of folded sends (Counters::folded)
+  std::uint64_t folded = 0;          // the capture's count of folded calls (Counters::folded)
+  std::uint64_t folded_by_hint = 0;  // ... of which folded by a body hint
 };
 
 TargetRun run_target(Variant variant, const fc::capture::Policy& policy, int (*scenario)(Child&),
@@ -677,7 +679,9 @@ TargetRun run_target(Variant variant, const fc::capture::Policy& policy, int (*s
   if (listen_policy) col.capture->clear_port_policy(listen_port, peer_side);
   for (const auto& r : col.records)
     if (r.common.tgid == static_cast<fc_u32>(target.pid())) run.records.push_back(r);
-  run.folded = col.capture->totals().folded;
+  const auto totals = col.capture->totals();
+  run.folded = totals.folded;
+  run.folded_by_hint = totals.folded_by_hint;
   return run;
 }
 
@@ -1667,7 +1671,10 @@ struct StoreStep {
   std::vector<std::size_t> reads;
 };
 const std::vector<StoreStep> kQueuedSteps = {
-    {50, {3000, 5000, 200, 3000}},  // a GET: header, two body reads with more queued, the last
+    // A GET: its header, five body reads with more queued (on the sock variant the first two in
+    // step with the socket's counters set the CPU's body hint, which folds the next three), the
+    // last read.
+    {50, {3000, 5000, 200, 400, 400, 400, 3000}},
     {50, {300, 700}},               // a GET whose last 1,000 bytes are read after ...
     {50, {1000}},                   // ... the next request went out (pipelined)
     {50, {1000, 1000}},             // a GET whose reader closes with 1,000 bytes still queued
@@ -1675,12 +1682,19 @@ const std::vector<StoreStep> kQueuedSteps = {
 constexpr std::size_t kQueuedUnread = 1000;
 constexpr unsigned kQueuedSeed = 140;
 
+constexpr std::uint64_t kQueuedByHint = 3;
+
 int store_queued_scenario(Child& self) {
+  // One CPU: a body hint is the CPU's, and the reads it folds are counted exactly.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0) return 9;
   Loopback lb;
   if (!open_store_loopback(self, lb)) return 10;
   unsigned seed = kQueuedSeed;
   // What the store writes at each step, whole before the reads, so they find more queued.
-  std::vector<std::size_t> response_bytes = {11200, 2000, 0, 2000 + kQueuedUnread};
+  std::vector<std::size_t> response_bytes = {12400, 2000, 0, 2000 + kQueuedUnread};
   for (std::size_t i = 0; i < kQueuedSteps.size(); ++i) {
     const auto& step = kQueuedSteps[i];
     if (!store_request(lb, step.request, seed++)) return 11;
@@ -1709,13 +1723,15 @@ struct Piece {
 
 void run_store_queued(Variant variant) {
   fc::capture::Policy policy{4096, 4096, FC_ROLE_OBJECT_STORE, 16384, 256};
-  auto reads = with_port_policy(variant, store_queued_scenario, true, policy, FC_DIR_RECV);
+  const auto run = run_target(variant, kDefault, store_queued_scenario, &policy, true);
+  auto reads = side_calls(run, false, FC_DIR_RECV);
+  CHECK(run.folded_by_hint == (variant == Variant::kSockTracepoints ? kQueuedByHint : 0));
   std::sort(reads.begin(), reads.end(),
             [](const Record& a, const Record& b) { return a.data.stream_pos < b.data.stream_pos; });
   // From the scenario's reads: a response's first read is its header (up to head_bytes, 2048
   // here), the rest body; a body read with bytes queued behind it is folded, joined with the
   // body reads folded right after it, into one piece handed on before the next.
-  const std::vector<Piece> expected = {{3000, 2048, false}, {5200, 0, true}, {3000, 0, false},
+  const std::vector<Piece> expected = {{3000, 2048, false}, {6400, 0, true}, {3000, 0, false},
                                        {300, 300, false},   {700, 0, true},  {1000, 1000, false},
                                        {1000, 1000, false}, {1000, 0, true}};
   REQUIRE(reads.size() == expected.size());
