@@ -1414,8 +1414,17 @@ static __always_inline void abandon_skip(struct conn_state* st) {
   st->resp_state = RESP_UNKNOWN;
 }
 
-/* One data event for a target's socket call. a0..a3 are the syscall's arguments (fd, buffer,
- * count/iovcnt, flags) when `src` names a syscall, else ignored. */
+/* A pending fold this call cannot carry, to report before it: sendfile bytes (outside the Kafka
+ * path: its role or TLS changed), or object-body reads before a send (the next request), a role
+ * or a TLS change. A receive of the object-store connection carries them in its record
+ * (fill_data_hdr). */
+static __always_inline int fold_to_flush(const struct conn_state* st, __u8 direction) {
+  return st->fold_len && (direction == FC_DIR_SEND || !st->fold_recv_src ||
+                          st->policy.role != FC_ROLE_OBJECT_STORE || st->tls);
+}
+
+/* One data event for a target's socket call. `buf`, `cnt`: the call's buffer and its count or
+ * iovec count when `src` names a syscall, else ignored. */
 static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __u64 pid_tgid,
                                       __u8 src, __u64 buf, __u64 cnt, __u32 ret, __u8 direction,
                                       struct task_struct* task) {
@@ -1532,12 +1541,8 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
       hole = st->fold_len;
       st->fold_len = 0;
     }
-  } else if ((st->fold_len && (direction == FC_DIR_SEND || !st->fold_recv_src ||
-                               st->policy.role != FC_ROLE_OBJECT_STORE || st->tls)) ||
-             st->gathering || st->resp_state == RESP_SKIP) {
-    /* Its role or TLS changed with one pending, or a send comes after object-body reads were
-     * folded. (A receive of the object-store connection carries them in its record instead:
-     * fill_data_hdr.) */
+  } else if (fold_to_flush(st, direction) || st->gathering || st->resp_state == RESP_SKIP) {
+    /* Its role or TLS changed with one pending (a gather, a skip, a fold). */
     abandon_skip(st);
     flush_fold(st, pid_tgid, task, direction == FC_DIR_RECV ? pos : st->pos[FC_DIR_RECV]);
     flush_gather(st, sk, direction == FC_DIR_SEND ? pos : st->pos[FC_DIR_SEND], pid_tgid, task);
