@@ -1647,6 +1647,9 @@ static __always_inline int folded_by_hint(struct sock* sk) {
   __u32 zero = 0;
   struct fc_body_hint* h = bpf_map_lookup_elem(&body_hints, &zero);
   if (!h || h->sk != (__u64)sk || h->policy_epoch != policy_epoch) return 0;
+  /* Closed (its state gone with the close's record): a read of what a reset left queued is a
+   * new connection's, as it was without hints. */
+  if (sk->__sk_common.skc_state == TCP_CLOSE) return 0;
   struct tcp_sock* tp = bpf_skc_to_tcp_sock(sk);
   if (!tp || tp->write_seq != h->write_seq || tp->rcv_nxt - tp->copied_seq <= 1) return 0;
   h->reads++;
