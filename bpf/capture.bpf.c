@@ -1659,8 +1659,8 @@ static __always_inline int folded_by_hint(struct sock* sk) {
 /* Reads folded by body hints left the connection's state as it was; the socket's copied_seq has
  * their bytes. Before the connection's next other event (`this_read`: the bytes of the receive
  * in progress, if it is one) they join its pending fold. A send or the close ends the hints. */
-static __always_inline void catch_up_hinted(struct conn_state* st, struct sock* sk,
-                                            __u32 this_read, int ends) {
+static __always_inline void catch_up_hinted(struct conn_state* st, struct sock* sk, __u32 this_read,
+                                            int ends) {
   struct tcp_sock* tp = bpf_skc_to_tcp_sock(sk);
   if (!tp) return;
   __u32 copied = tp->copied_seq;
@@ -1732,7 +1732,6 @@ static __always_inline int fold_body_read(struct conn_state* st, struct sock* sk
 
 /* ---------------------------------------------------------------------------------------- */
 /* Variant 1: sock tracepoints (tp_btf).                                                      */
-
 
 static __always_inline int on_sock_io(struct sock* sk, int ret, int flags, __u8 direction) {
   if (ret <= 0) return 0;

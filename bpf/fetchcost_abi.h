@@ -28,10 +28,10 @@
  * record. Userspace hands the hole on as one read of that source. On the sock variant, once two
  * body reads in a row were folded, a CPU's further reads of that socket are folded by its body
  * hint (map `body_hints`) without the connection's state: their bytes are taken from the socket's
- * copied_seq by the connection's next other event, so records are the same. Gathered sends (sock variant
- * only): on a Kafka client connection, the sends of a response (its header, partition headers
- * between sendfiles) are gathered into one record (FC_SRC_GATHERED) that covers them and the
- * sendfiles between them, up to the call that ends the response: its segments are the headers'
+ * copied_seq by the connection's next other event, so records are the same. Gathered sends (sock
+ * variant only): on a Kafka client connection, the sends of a response (its header, partition
+ * headers between sendfiles) are gathered into one record (FC_SRC_GATHERED) that covers them and
+ * the sendfiles between them, up to the call that ends the response: its segments are the headers'
  * bytes, every other byte of its range is a sendfile's or an uncaptured body's. It comes when the
  * response ends, or earlier if its buffer is full, a send cannot be gathered, a receive comes or
  *        the connection closes; its timestamp is when it left, not when the response began.

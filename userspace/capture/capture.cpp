@@ -224,8 +224,8 @@ struct Capture::Impl {
   std::uint64_t delivered = 0;
   std::uint64_t folded_read_pieces = 0;  // Status::folded_read_pieces
   fc_data_event widened_event{};         // a short or one-segment record widened (on_sample)
-  fc_data_event folded_event{};   // the calls a record's hole_before stands for (on_sample)
-  fc_data_event skipped_event{};  // the whole messages a record's skipped_before stands for
+  fc_data_event folded_event{};          // the calls a record's hole_before stands for (on_sample)
+  fc_data_event skipped_event{};         // the whole messages a record's skipped_before stands for
 
   ~Impl() {
     if (reader.joinable()) {

@@ -1675,8 +1675,8 @@ const std::vector<StoreStep> kQueuedSteps = {
     // step with the socket's counters set the CPU's body hint, which folds the next three), the
     // last read.
     {50, {3000, 5000, 200, 400, 400, 400, 3000}},
-    {50, {300, 700}},               // a GET whose last 1,000 bytes are read after ...
-    {50, {1000}},                   // ... the next request went out (pipelined)
+    {50, {300, 700}},  // a GET whose last 1,000 bytes are read after ...
+    {50, {1000}},      // ... the next request went out (pipelined)
     // A GET whose reader closes with 1,000 bytes still queued, after a read its body hint folded
     // (sock variant): the close reports it.
     {50, {1000, 1000, 500, 500}},
@@ -1750,6 +1750,68 @@ void run_store_queued(Variant variant) {
   }
 }
 
+// A reset by the store while a body hint folds the client's reads: the reset closes the
+// connection (its record, its state gone), and what the client reads after it from the queue is a
+// new connection's, as it is without hints, never folded into the closed one's state.
+constexpr std::size_t kResetRead = 1000, kResetReadsBefore = 4, kResetReadsAfter = 4;
+
+int store_reset_scenario(Child& self) {
+  cpu_set_t one;  // one CPU: the hint set by the reads before the reset is the next read's
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0) return 9;
+  Loopback lb;
+  if (!open_store_loopback(self, lb)) return 10;
+  if (!store_request(lb, 50, kQueuedSeed)) return 11;
+  const std::size_t total = kResetRead * (kResetReadsBefore + kResetReadsAfter);
+  const std::string body = pattern(total, kQueuedSeed + 1);
+  if (write(lb.server, body.data(), total) != static_cast<ssize_t>(total) ||
+      !wait_inq(lb.client, total))
+    return 12;
+  std::string got(kResetRead, '\0');
+  for (std::size_t i = 0; i < kResetReadsBefore; ++i)
+    if (read(lb.client, got.data(), kResetRead) != static_cast<ssize_t>(kResetRead)) return 13;
+  const linger abort{1, 0};  // close with a reset
+  if (setsockopt(lb.server, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort)) != 0) return 14;
+  close(lb.server);
+  lb.server = -1;
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  for (int i = 0; i < 2000; ++i) {
+    if (getsockopt(lb.client, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == 7)
+      break;  // TCP_CLOSE
+    usleep(1000);
+  }
+  if (info.tcpi_state != 7) return 15;
+  for (std::size_t i = 0; i < kResetReadsAfter; ++i)
+    if (read(lb.client, got.data(), kResetRead) != static_cast<ssize_t>(kResetRead)) return 16;
+  self.report(lb.client_port);
+  self.wait_parent();
+  return 0;
+}
+
+void run_store_reset(Variant variant) {
+  fc::capture::Policy policy{4096, 4096, FC_ROLE_OBJECT_STORE, 16384, 256};
+  const auto run = run_target(variant, kDefault, store_reset_scenario, &policy, true);
+  // The client socket's receives before its close record, folded pieces included, and every
+  // receive after it: the store's socket is gone by then, and the syscall variant gives the
+  // reads after the close a connection of their own (its addresses unknown).
+  const auto reads = side_calls(run, false, FC_DIR_RECV);
+  REQUIRE(!reads.empty());
+  const fc_u64 client = reads.front().common.conn_id;
+  std::size_t before = 0, after = 0;
+  bool closed = false;
+  for (const auto& r : run.records) {
+    if (r.common.kind == FC_EVENT_CLOSE && r.common.conn_id == client) closed = true;
+    if (r.common.kind == FC_EVENT_DATA && r.data.direction == FC_DIR_RECV &&
+        (closed || r.common.conn_id == client))
+      (closed ? after : before) += r.data.length;
+  }
+  CHECK(closed);
+  CHECK(before == kResetRead * kResetReadsBefore);
+  CHECK(after == kResetRead * kResetReadsAfter);
+}
+
 }  // namespace
 
 TEST_CASE("an object body's reads with more queued behind them are folded into the next record") {
@@ -1761,5 +1823,14 @@ TEST_CASE("an object body's reads with more queued behind them are folded into t
   }
   SUBCASE("syscall entry-exit pairs") {
     run_store_queued(Variant::kSyscallEntryExit);
+  }
+}
+
+TEST_CASE("an object body's reads after the store reset the connection are a new connection's") {
+  SUBCASE("sock tracepoints") {
+    run_store_reset(Variant::kSockTracepoints);
+  }
+  SUBCASE("syscall tracepoints") {
+    run_store_reset(Variant::kSyscallTracepoints);
   }
 }
