@@ -1686,12 +1686,17 @@ constexpr unsigned kQueuedSeed = 140;
 
 constexpr std::uint64_t kQueuedByHint = 3 + 1;
 
-int store_queued_scenario(Child& self) {
-  // One CPU: a body hint is the CPU's, and the reads it folds are counted exactly.
+// The calling process stays on the CPU it runs on now (body hints are per CPU).
+bool pin_to_this_cpu() {
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
-  if (sched_setaffinity(0, sizeof(one), &one) != 0) return 9;
+  return sched_setaffinity(0, sizeof(one), &one) == 0;
+}
+
+int store_queued_scenario(Child& self) {
+  // One CPU: a body hint is the CPU's, and the reads it folds are counted exactly.
+  if (!pin_to_this_cpu()) return 9;
   Loopback lb;
   if (!open_store_loopback(self, lb)) return 10;
   unsigned seed = kQueuedSeed;
@@ -1756,10 +1761,8 @@ void run_store_queued(Variant variant) {
 constexpr std::size_t kResetRead = 1000, kResetReadsBefore = 4, kResetReadsAfter = 4;
 
 int store_reset_scenario(Child& self) {
-  cpu_set_t one;  // one CPU: the hint set by the reads before the reset is the next read's
-  CPU_ZERO(&one);
-  CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
-  if (sched_setaffinity(0, sizeof(one), &one) != 0) return 9;
+  // One CPU: the hint set by the reads before the reset is the next read's.
+  if (!pin_to_this_cpu()) return 9;
   Loopback lb;
   if (!open_store_loopback(self, lb)) return 10;
   if (!store_request(lb, 50, kQueuedSeed)) return 11;
