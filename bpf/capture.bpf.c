@@ -1667,8 +1667,8 @@ static __always_inline void catch_up_hinted(struct conn_state* st, struct sock* 
   __u32 gap = copied - this_read - st->recv_seq;
   st->recv_seq = copied;
   if (ends) st->body_hinted = 0;
-  /* The hint was set with a receive fold pending, and only a send or the close (which catch up
-   * first) can report it; a gap that large is a concurrent read racing this one. */
+  /* Sendfile bytes cannot be pending (a send ends the hints before it is handled); a gap past
+   * 2 GiB is a read on another CPU racing this one, left out rather than misplaced. */
   if (!gap || gap > 0x7fffffffU || (st->fold_len && !st->fold_recv_src) ||
       gap > 0xffffffffU - st->fold_len)
     return;
