@@ -1631,9 +1631,13 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
 /* Body hints (fetchcost_abi.h): set by a body read folded in step with the socket's copied_seq;
  * a later read of the socket on this CPU is folded without the connection's state while no byte
  * was written on the socket since (a request) and no policy changed. */
-static __always_inline void set_body_hint(struct conn_state* st, struct sock* sk, __u32 write_seq) {
+static __always_inline struct fc_body_hint* this_cpu_body_hint(void) {
   __u32 zero = 0;
-  struct fc_body_hint* h = bpf_map_lookup_elem(&body_hints, &zero);
+  return bpf_map_lookup_elem(&body_hints, &zero);
+}
+
+static __always_inline void set_body_hint(struct conn_state* st, struct sock* sk, __u32 write_seq) {
+  struct fc_body_hint* h = this_cpu_body_hint();
   if (!h) return;
   h->sk = (__u64)sk;
   h->policy_epoch = policy_epoch;
@@ -1644,8 +1648,7 @@ static __always_inline void set_body_hint(struct conn_state* st, struct sock* sk
 /* A receive that this CPU's body hint folds: returns 1, and the connection's state is not
  * looked up (catch_up_hinted counts the bytes at its next other event). */
 static __always_inline int folded_by_hint(struct sock* sk) {
-  __u32 zero = 0;
-  struct fc_body_hint* h = bpf_map_lookup_elem(&body_hints, &zero);
+  struct fc_body_hint* h = this_cpu_body_hint();
   if (!h || h->sk != (__u64)sk || h->policy_epoch != policy_epoch) return 0;
   /* Closed (its state gone with the close's record): a read of what a reset left queued is a
    * new connection's, as it was without hints. */
@@ -1702,7 +1705,9 @@ static __always_inline int fold_body_read(struct conn_state* st, struct sock* sk
   /* Unread bytes after this read. More than one: a FIN counts one in rcv_nxt, and a fold behind
    * it would wait for the close. */
   __u32 queued;
-  if (trusted_sk) { /* sock variant */
+  int in_step = 0;     /* sock variant: the fold may set this CPU's body hint */
+  __u32 write_seq = 0; /* ... for the socket as it is now */
+  if (trusted_sk) {    /* sock variant */
     struct tcp_sock* tp = bpf_skc_to_tcp_sock(sk);
     if (!tp) return 0;
     __u32 copied = tp->copied_seq;
@@ -1712,10 +1717,9 @@ static __always_inline int fold_body_read(struct conn_state* st, struct sock* sk
      * reads outside these hooks), so this CPU's next reads of the socket can be folded by its
      * body hint and counted from it later. */
     __u32 moved = copied - st->recv_seq;
-    int in_step = moved == ret || moved == 0;
+    in_step = moved == ret || moved == 0;
+    write_seq = tp->write_seq;
     st->recv_seq = copied;
-    if (queued <= 1) return 0;
-    if (in_step) set_body_hint(st, sk, tp->write_seq);
   } else { /* syscall variants: the socket found from the fd, read by CO-RE probe reads. A stream
             * socket that is not TCP (MPTCP, SCTP) gives a meaningless count here, which can only
             * fold a last read, reported then by the connection's next call or close. */
@@ -1727,6 +1731,7 @@ static __always_inline int fold_body_read(struct conn_state* st, struct sock* sk
   st->fold_len = (__u32)folded;
   st->fold_recv_src = src;
   st->folds_uncounted++;
+  if (in_step) set_body_hint(st, sk, write_seq);
   return 1;
 }
 
