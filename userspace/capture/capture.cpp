@@ -34,6 +34,11 @@ std::string errno_text(int err) {
   return std::strerror(err < 0 ? -err : err);
 }
 
+// One more, on a counter only its own thread writes (others read it relaxed).
+void bump(std::atomic<std::uint64_t>& counter) {
+  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
 std::size_t round_up_pow2(std::size_t n) {
   std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   std::size_t v = page;
@@ -221,11 +226,13 @@ struct Capture::Impl {
   std::size_t ring_bytes = 0;
   double load_seconds = 0;
   std::map<pid_t, Target> targets;
-  std::uint64_t delivered = 0;
-  std::uint64_t folded_read_pieces = 0;  // Status::folded_read_pieces
-  fc_data_event widened_event{};         // a short or one-segment record widened (on_sample)
-  fc_data_event folded_event{};          // the calls a record's hole_before stands for (on_sample)
-  fc_data_event skipped_event{};         // the whole messages a record's skipped_before stands for
+  // Written by the reader thread alone, read by status() on another: relaxed atomics, bumped
+  // with a plain load and store (one writer) rather than a locked add per record.
+  std::atomic<std::uint64_t> delivered{0};
+  std::atomic<std::uint64_t> folded_read_pieces{0};  // Status::folded_read_pieces
+  fc_data_event widened_event{};  // a short or one-segment record widened (on_sample)
+  fc_data_event folded_event{};   // the calls a record's hole_before stands for (on_sample)
+  fc_data_event skipped_event{};  // the whole messages a record's skipped_before stands for
 
   ~Impl() {
     if (reader.joinable()) {
@@ -431,7 +438,7 @@ struct Capture::Impl {
         deliver_stand_in(skipped_event, *d, d->stream_pos - d->hole_before - d->c.skipped_before,
                          d->c.skipped_before, FC_SRC_SKIPPED);
       if (d->hole_before != 0 && d->hole_before <= d->stream_pos) {
-        folded_read_pieces += d->direction == FC_DIR_RECV;
+        if (d->direction == FC_DIR_RECV) bump(folded_read_pieces);
         deliver_stand_in(folded_event, *d, d->stream_pos - d->hole_before, d->hole_before,
                          d->direction == FC_DIR_SEND ? fc_u8{FC_SRC_SENDFILE} : d->source);
       }
@@ -447,7 +454,7 @@ struct Capture::Impl {
     } else {
       return;
     }
-    ++delivered;
+    bump(delivered);
     handler(view);
   }
 
@@ -472,14 +479,14 @@ struct Capture::Impl {
     view.data = &ev;
     view.folded = source != FC_SRC_SKIPPED;
     view.skipped = source == FC_SRC_SKIPPED;
-    ++delivered;
+    bump(delivered);
     handler(view);
   }
 
   void deliver_conn(const fc_conn_event& ev) {
     EventView view{ev.c};
     view.conn = &ev;
-    ++delivered;
+    bump(delivered);
     handler(view);
   }
 
@@ -947,8 +954,8 @@ Status Capture::status() const {
   for (const auto& [pid, t] : impl_->targets) s.targets.push_back(t.status);
   s.per_cpu = per_cpu();
   s.totals = sum_of(s.per_cpu);
-  s.delivered = impl_->delivered;
-  s.folded_read_pieces = impl_->folded_read_pieces;
+  s.delivered = impl_->delivered.load(std::memory_order_relaxed);
+  s.folded_read_pieces = impl_->folded_read_pieces.load(std::memory_order_relaxed);
   s.reader_realtime = impl_->reader_realtime;
   s.reader_priority_error = impl_->reader_priority_error;
   s.spool_bytes = impl_->spool.held_bytes();

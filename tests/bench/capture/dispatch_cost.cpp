@@ -10,8 +10,14 @@
 // sendfile instead). Root.
 //
 //   bench_dispatch_cost [PAIRS [CALLS]]   (defaults 10 pairs of 1,000,000 calls)
+//   bench_dispatch_cost --hold            attach the same do-nothing program to the three sock
+//                                         tracepoints fetchcostd uses until SIGTERM: the floor
+//                                         under any observer on those hooks, measured on the
+//                                         broker by bench_broker --hooks-floor
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -68,10 +74,59 @@ bool kernel_times_programs() {
   return on != 0;
 }
 
+// --hold: every socket call on the machine runs a program that does nothing, on each hook
+// fetchcostd's sock variant attaches to, until SIGTERM or SIGINT. Prints "attached" once the
+// three links are up. The programs compare the caller's tgid with 0 (no process's), as any
+// observer filters its target first, and count nothing: a counter shared by the CPUs would bounce
+// its cache line between them on a busy process's calls, a cost no observer needs to pay.
+int hold() {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before the links: a stop then waits for sigwait
+  dispatch_cost* skel = dispatch_cost__open();
+  if (!skel) {
+    std::fprintf(stderr, "bench_dispatch_cost: cannot open the BPF object\n");
+    return 1;
+  }
+  bpf_program__set_autoload(skel->progs.fentry_count, false);
+  skel->bss->target_tgid = 0;
+  if (dispatch_cost__load(skel) != 0) {
+    std::fprintf(stderr,
+                 "bench_dispatch_cost: the tracepoint programs did not load (Linux >= 6.3 with "
+                 "BTF is needed for tp_btf/sock_send_length)\n");
+    dispatch_cost__destroy(skel);
+    return 1;
+  }
+  bpf_program* programs[] = {skel->progs.send_count, skel->progs.recv_count,
+                             skel->progs.state_count};
+  std::vector<bpf_link*> links;
+  for (bpf_program* prog : programs) {
+    bpf_link* link = bpf_program__attach(prog);
+    if (!link) {
+      std::fprintf(stderr, "bench_dispatch_cost: cannot attach %s: %s\n", bpf_program__name(prog),
+                   std::strerror(errno));
+      for (bpf_link* l : links) bpf_link__destroy(l);
+      dispatch_cost__destroy(skel);
+      return 1;
+    }
+    links.push_back(link);
+  }
+  std::printf("attached\n");
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop, &sig);
+  for (bpf_link* l : links) bpf_link__destroy(l);
+  dispatch_cost__destroy(skel);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int pairs = argc > 1 ? std::atoi(argv[1]) : 10;
+  const bool holding = argc > 1 && std::strcmp(argv[1], "--hold") == 0;
+  const int pairs = argc > 1 && !holding ? std::atoi(argv[1]) : 10;
   const long calls = argc > 2 ? std::atol(argv[2]) : 1000000;
   if (geteuid() != 0) {
     std::fprintf(stderr, "bench_dispatch_cost: needs root (BPF programs); skipped\n");
@@ -79,6 +134,13 @@ int main(int argc, char** argv) {
     return ci && std::strcmp(ci, "true") == 0 ? 1 : 77;
   }
   libbpf_set_print([](libbpf_print_level, const char*, va_list) { return 0; });
+  if (holding) {
+    if (argc != 2) {
+      std::fprintf(stderr, "usage: bench_dispatch_cost --hold\n");
+      return 2;
+    }
+    return hold();
+  }
   const std::string refusal = fentry_refusal();
 
   dispatch_cost* skel = dispatch_cost__open();
