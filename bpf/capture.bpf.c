@@ -55,16 +55,21 @@ const volatile __u8 cfg_record_ciphertext = 0;
 /* 1: leave out quiet fetches (see fetchcost_abi.h, "Quiet fetches", and hold_request below). */
 const volatile __u8 cfg_skip_quiet_fetches = 0;
 
-/* Written by userspace at run time (skeleton .bss). */
-__u64 policy_epoch = 0; /* bumped whenever a policy map changes: connections re-resolve */
-__u32 tls_hooks = 0;    /* number of attached TLS uprobes; 0 skips the TLS bookkeeping */
+/* Written by userspace at run time (skeleton .bss), read by every run of a target: their cache
+ * line holds nothing the programs write, so no program's write takes it from another CPU's cache
+ * (each CPU keeps a clean copy). policy_epoch: bumped whenever a policy map changes, so
+ * connections re-resolve. */
+__u64 policy_epoch __attribute__((aligned(64))) = 0;
+__u32 tls_hooks = 0; /* number of attached TLS uprobes; 0 skips the TLS bookkeeping */
 /* Entries in `tls_calls` (TLS library calls in progress). While there are none, a socket call
  * skips the lookup of its thread's entry: a hash lookup per call for every target that links
  * a TLS library, most of which never call it on their Kafka connections. Counted where an
  * entry is inserted or deleted (by the return value), so it is never below the number of
- * entries; a thread reads it after its own uprobe counted its call. */
-__s64 tls_calls_open = 0;
-__u64 next_conn_id = 0; /* synthetic connection ids (fallback variant) */
+ * entries; a thread reads it after its own uprobe counted its call. A line of its own: every
+ * TLS call writes it twice. */
+__s64 tls_calls_open __attribute__((aligned(64))) = 0;
+/* Synthetic connection ids (fallback variant), written per new connection: a line of its own. */
+__u64 next_conn_id __attribute__((aligned(64))) = 0;
 
 struct ringbuf_map {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -244,7 +249,10 @@ struct {
  * holding requests on different CPUs set and clear bits in different lines, not in one line
  * bounced between the CPUs twice per fetch. */
 #define FC_HELD_STRIDE 8
-__u64 held_bits[FC_HELD_WORDS * FC_HELD_STRIDE] = {};
+/* Aligned to a line: unaligned, word 0 shared its line with policy_epoch, which every run of a
+ * target reads, and a hold in a slot of that word moved the line away from the other CPU twice
+ * per fetch. */
+__u64 held_bits[FC_HELD_WORDS * FC_HELD_STRIDE] __attribute__((aligned(64))) = {};
 static __always_inline __u64* held_word(__u32 i) {
   return &held_bits[(i % FC_HELD_WORDS) * FC_HELD_STRIDE];
 }
