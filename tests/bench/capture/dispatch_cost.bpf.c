@@ -22,7 +22,7 @@ int send_count(__u64* ctx) {
   return count_target_run();
 }
 
-/* The other two sock tracepoints fetchcostd attaches to (bench_broker --hooks-only holds all
+/* The other two sock tracepoints fetchcostd attaches to (bench_broker --hooks-floor holds all
  * three): a receive runs the receive program, a TCP state change the close program. */
 SEC("tp_btf/sock_recv_length")
 int recv_count(__u64* ctx) {
