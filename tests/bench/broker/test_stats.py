@@ -48,6 +48,19 @@ check(bench.verdict(0.01, 0.03, 0.02) == "not resolved by this run", "interval a
 check(bench.verdict(float("nan"), float("nan"), 0.02).startswith("not resolved"),
       "no interval: not resolved")
 
+# One figure of a pair of rounds: per-pair ratios and differences, not ratios of medians.
+rounds_a = [{"cpu": x} for x in (10, 20, 30, 40, 50, 60)]
+rounds_b = [{"cpu": x * 1.1 + 1} for x in (10, 20, 30, 40, 50, 60)]
+f, ratios = bench.pair_figure(rounds_a, rounds_b, "cpu")
+check(f.a == 35 and abs(f.b - 39.5) < 1e-9, "pair figure: the rounds' medians")
+check(abs(f.ratio - (1.1 + 1 / 40 + 1.1 + 1 / 30) / 2) < 1e-9 and (f.ratio_low, f.ratio_high) == (min(ratios), max(ratios)),
+      "pair figure: the median of per-pair B/A, 6 pairs' interval their min..max")
+check(abs(f.added - 4.5) < 1e-9 and abs(f.added_low - 2) < 1e-9 and abs(f.added_high - 7) < 1e-9,
+      "pair figure: the median of per-pair B−A and its interval")
+f, ratios = bench.pair_figure([{"cpu": 0}] * 6, rounds_b, "cpu")
+check(ratios == [float("nan")] or all(math.isnan(r) for r in ratios),
+      "pair figure: rounds with nothing measured in A give no ratio, not a division by zero")
+
 # The perf split by source line: a program's line table (JIT address, program, line, text), as
 # jit_images reads it from the kernel, and samples' frames innermost first.
 lines = [(0x1000, "sock_send_length", 10, "a();"), (0x1010, "sock_send_length", 11, "b();"),

@@ -14,6 +14,10 @@
 //                                         tracepoints fetchcostd uses until SIGTERM: the floor
 //                                         under any observer on those hooks, measured on the
 //                                         broker by bench_broker --hooks-floor
+//   bench_dispatch_cost --hold --state PID  instead, programs that keep each of PID's
+//                                         connections' byte counts in socket-local storage: the
+//                                         least an observer that follows connections does
+//                                         (bench_broker --hooks-state)
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <pthread.h>
@@ -74,33 +78,54 @@ bool kernel_times_programs() {
   return on != 0;
 }
 
-// --hold: every socket call on the machine runs a program that does nothing, on each hook
-// fetchcostd's sock variant attaches to, until SIGTERM or SIGINT. Prints "attached" once the
-// three links are up. The programs compare the caller's tgid with 0 (no process's), as any
-// observer filters its target first, and count nothing, which no observer needs (counting the
-// broker's runs in one shared line measured no cost on the broker, session 35).
-int hold() {
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before the links: a stop then waits for sigwait
+// The three do-nothing programs (counting `tgid`'s runs), or with `with_state` the three that keep
+// `tgid`'s connections' byte counts. The other set and fentry are left out (this kernel may refuse
+// fentry; fentry_refusal() asks about it on its own). Null after saying why.
+dispatch_cost* load_socket_programs(__u32 tgid, bool with_state = false) {
   dispatch_cost* skel = dispatch_cost__open();
   if (!skel) {
     std::fprintf(stderr, "bench_dispatch_cost: cannot open the BPF object\n");
-    return 1;
+    return nullptr;
   }
   bpf_program__set_autoload(skel->progs.fentry_count, false);
-  skel->bss->target_tgid = 0;
+  for (bpf_program* prog :
+       {skel->progs.send_count, skel->progs.recv_count, skel->progs.state_count})
+    bpf_program__set_autoload(prog, !with_state);
+  for (bpf_program* prog :
+       {skel->progs.send_state, skel->progs.recv_state, skel->progs.close_state})
+    bpf_program__set_autoload(prog, with_state);
+  skel->bss->target_tgid = tgid;
   if (dispatch_cost__load(skel) != 0) {
     std::fprintf(stderr,
                  "bench_dispatch_cost: the tracepoint programs did not load (Linux >= 6.3 with "
                  "BTF is needed for tp_btf/sock_send_length)\n");
     dispatch_cost__destroy(skel);
-    return 1;
+    return nullptr;
   }
-  bpf_program* programs[] = {skel->progs.send_count, skel->progs.recv_count,
-                             skel->progs.state_count};
+  return skel;
+}
+
+// --hold: every socket call on the machine runs a program that does nothing, on each hook
+// fetchcostd's sock variant attaches to, until SIGTERM or SIGINT. Prints "attached" once the
+// three links are up. The programs compare the caller's tgid with 0 (no process's), as any
+// observer filters its target first, and count nothing, which no observer needs (counting the
+// broker's runs in one shared line measured no cost on the broker, session 35). With a
+// `state_tgid` (--state PID), that process's calls also add their length to their socket's state.
+int hold(__u32 state_tgid) {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before the links: a stop then waits for sigwait
+  dispatch_cost* skel = load_socket_programs(state_tgid, state_tgid != 0);
+  if (!skel) return 1;
+  bpf_program* programs[3] = {skel->progs.send_count, skel->progs.recv_count,
+                              skel->progs.state_count};
+  if (state_tgid != 0) {
+    programs[0] = skel->progs.send_state;
+    programs[1] = skel->progs.recv_state;
+    programs[2] = skel->progs.close_state;
+  }
   std::vector<bpf_link*> links;
   for (bpf_program* prog : programs) {
     bpf_link* link = bpf_program__attach(prog);
@@ -118,6 +143,9 @@ int hold() {
   int sig = 0;
   sigwait(&stop, &sig);
   for (bpf_link* l : links) bpf_link__destroy(l);
+  if (state_tgid != 0)
+    std::fprintf(stderr, "bench_dispatch_cost: %llu connections of %u closed with state\n",
+                 static_cast<unsigned long long>(skel->bss->closed_with_state), state_tgid);
   dispatch_cost__destroy(skel);
   return 0;
 }
@@ -135,27 +163,18 @@ int main(int argc, char** argv) {
   }
   libbpf_set_print([](libbpf_print_level, const char*, va_list) { return 0; });
   if (holding) {
-    if (argc != 2) {
-      std::fprintf(stderr, "usage: bench_dispatch_cost --hold\n");
+    const bool with_state = argc == 4 && std::strcmp(argv[2], "--state") == 0;
+    const long state_tgid = with_state ? std::atol(argv[3]) : 0;
+    if ((argc != 2 && !with_state) || (with_state && state_tgid <= 0)) {
+      std::fprintf(stderr, "usage: bench_dispatch_cost --hold [--state PID]\n");
       return 2;
     }
-    return hold();
+    return hold(static_cast<__u32>(state_tgid));
   }
   const std::string refusal = fentry_refusal();
 
-  dispatch_cost* skel = dispatch_cost__open();
-  if (!skel) {
-    std::fprintf(stderr, "bench_dispatch_cost: cannot open the BPF object\n");
-    return 1;
-  }
-  bpf_program__set_autoload(skel->progs.fentry_count, false);
-  skel->bss->target_tgid = static_cast<__u32>(getpid());
-  if (dispatch_cost__load(skel) != 0) {
-    std::fprintf(stderr,
-                 "bench_dispatch_cost: the tracepoint program did not load (Linux >= 6.3 "
-                 "with BTF is needed for tp_btf/sock_send_length)\n");
-    return 1;
-  }
+  dispatch_cost* skel = load_socket_programs(static_cast<__u32>(getpid()));
+  if (!skel) return 1;
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 1;
   std::vector<char> fill(4096);
