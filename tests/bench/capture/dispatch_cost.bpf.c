@@ -3,11 +3,11 @@
  * (bench_dispatch_cost): a program that only counts the runs of one process. And the same on an
  * fentry of sock_sendmsg, which the bench only tries to load: a kernel that refuses it leaves the
  * tracepoints as the only socket hooks (no per-sendfile hook can replace the per-splice runs). */
-#include <linux/bpf.h>
 #include <linux/types.h> /* first: bpf_helpers.h needs its __u32 and __u64 */
 
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <linux/bpf.h> /* socket-local storage's map type and flags */
 
 char LICENSE[] SEC("license") = "GPL";
 

@@ -62,7 +62,10 @@ double ns_per_failed_send(int fd, long calls) {
 std::string fentry_refusal() {
   dispatch_cost* skel = dispatch_cost__open();
   if (!skel) return std::string("cannot open the object: ") + std::strerror(errno);
-  bpf_program__set_autoload(skel->progs.send_count, false);
+  bpf_program* prog = nullptr;
+  bpf_object__for_each_program(prog, skel->obj) {  // fentry alone: its load is the question
+    bpf_program__set_autoload(prog, prog == skel->progs.fentry_count);
+  }
   const int rc = dispatch_cost__load(skel);
   dispatch_cost__destroy(skel);
   return rc == 0 ? "" : std::strerror(-rc);
