@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -81,22 +82,26 @@ bool kernel_times_programs() {
   return on != 0;
 }
 
-// The three do-nothing programs (counting `tgid`'s runs), or with `with_state` the three that keep
-// `tgid`'s connections' byte counts. The other set and fentry are left out (this kernel may refuse
-// fentry; fentry_refusal() asks about it on its own). Null after saying why.
+// One program per sock tracepoint fetchcostd uses: the do-nothing ones (counting the target's
+// runs), or with `with_state` the ones that keep the target's connections' byte counts.
+std::array<bpf_program*, 3> socket_programs(const dispatch_cost* skel, bool with_state) {
+  if (with_state) return {skel->progs.send_state, skel->progs.recv_state, skel->progs.close_state};
+  return {skel->progs.send_count, skel->progs.recv_count, skel->progs.state_count};
+}
+
+// socket_programs(with_state) loaded, filtering on `tgid`; the others and fentry are left out
+// (this kernel may refuse fentry; fentry_refusal() asks about it on its own). Null after saying
+// why.
 dispatch_cost* load_socket_programs(__u32 tgid, bool with_state = false) {
   dispatch_cost* skel = dispatch_cost__open();
   if (!skel) {
     std::fprintf(stderr, "bench_dispatch_cost: cannot open the BPF object\n");
     return nullptr;
   }
-  bpf_program__set_autoload(skel->progs.fentry_count, false);
-  for (bpf_program* prog :
-       {skel->progs.send_count, skel->progs.recv_count, skel->progs.state_count})
-    bpf_program__set_autoload(prog, !with_state);
-  for (bpf_program* prog :
-       {skel->progs.send_state, skel->progs.recv_state, skel->progs.close_state})
-    bpf_program__set_autoload(prog, with_state);
+  bpf_program* prog = nullptr;
+  bpf_object__for_each_program(prog, skel->obj) bpf_program__set_autoload(prog, false);
+  for (bpf_program* wanted : socket_programs(skel, with_state))
+    bpf_program__set_autoload(wanted, true);
   skel->bss->target_tgid = tgid;
   if (dispatch_cost__load(skel) != 0) {
     std::fprintf(stderr,
@@ -122,15 +127,8 @@ int hold(__u32 state_tgid) {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before the links: a stop then waits for sigwait
   dispatch_cost* skel = load_socket_programs(state_tgid, state_tgid != 0);
   if (!skel) return 1;
-  bpf_program* programs[3] = {skel->progs.send_count, skel->progs.recv_count,
-                              skel->progs.state_count};
-  if (state_tgid != 0) {
-    programs[0] = skel->progs.send_state;
-    programs[1] = skel->progs.recv_state;
-    programs[2] = skel->progs.close_state;
-  }
   std::vector<bpf_link*> links;
-  for (bpf_program* prog : programs) {
+  for (bpf_program* prog : socket_programs(skel, state_tgid != 0)) {
     bpf_link* link = bpf_program__attach(prog);
     if (!link) {
       std::fprintf(stderr, "bench_dispatch_cost: cannot attach %s: %s\n", bpf_program__name(prog),
