@@ -952,6 +952,9 @@ Status Capture::status() const {
   }
   s.program_stats.kernel_timing = s.program_stats.held || host_times_programs();
   for (const auto& [pid, t] : impl_->targets) s.targets.push_back(t.status);
+  s.counters_read_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
   s.per_cpu = per_cpu();
   s.totals = sum_of(s.per_cpu);
   s.delivered = impl_->delivered.load(std::memory_order_relaxed);

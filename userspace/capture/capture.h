@@ -193,6 +193,10 @@ struct Status {
   std::vector<TargetStatus> targets;
   std::size_t ring_bytes_per_cpu = 0;
   double load_seconds = 0;  // wall time the kernel took to load (verify) the programs
+  // When status() read the counters below (CLOCK_REALTIME, ns). fetchcostd refreshes its status
+  // about once a second: a rate from two statuses divides by the difference of this, not by
+  // the time between the two requests.
+  std::int64_t counters_read_unix_ns = 0;
   std::vector<Counters> per_cpu;
   Counters totals;
   std::uint64_t delivered = 0;  // records handed to the handler

@@ -617,6 +617,8 @@ struct Service::Impl {
       nlohmann::json events_per_cpu = nlohmann::json::array();
       for (const auto& c : capture_status.per_cpu) events_per_cpu.push_back(c.events);
       doc["events_per_cpu"] = events_per_cpu;
+      // The counters in this document were read then (refreshed about once a second).
+      doc["counters_read_unix_ns"] = capture_status.counters_read_unix_ns;
       doc["drops"] = capture_status.totals.drops;
       doc["tls_events"] = capture_status.totals.tls_events;
       doc["folded_calls"] = capture_status.totals.folded;

@@ -78,6 +78,17 @@ check(bench.call_site(["bpf_trace_run3", "__traceiter_sock_recv_length"], [1, 2]
 check(bench.call_site(["bpf_prog_x_sock_send_length"], [0x1014], []) is None,
       "no line info (an older kernel): no line")
 
+# Rates from fetchcostd's status divide by the time between its two readings of the counters
+# (refreshed about once a second), not by the round's: a round of 5.03 s whose two readings are
+# 4.0 s apart saw 4.0 s of events.
+st0 = {"events": 1000, "counters_read_unix_ns": 1_000_000_000_000}
+st1 = {"events": 21000, "counters_read_unix_ns": 1_004_000_000_000}
+check(bench.status_seconds(st0, st1, 5.03) == 4.0, "status rates: the readings' own 4.0 s")
+check(bench.status_seconds({"events": 0}, {"events": 5}, 5.03) == 5.03,
+      "status rates: a build that does not say falls back to the round's time")
+check(bench.status_seconds(st0, dict(st0), 5.03) == 5.03,
+      "status rates: readings that did not move fall back to the round's time")
+
 if failures:
     print(f"{len(failures)} check(s) failed")
     sys.exit(1)

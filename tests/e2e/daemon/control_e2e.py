@@ -209,6 +209,14 @@ def main():
               f"--version and the status API agree ({status.get('version')!r})")
         check(isinstance(status.get("ring_reader", {}).get("wakeups"), int),
               "status: ring_reader.wakeups counted")
+        # The counters' own time, for rates: refreshed about once a second, near the clock.
+        read_at = status.get("counters_read_unix_ns", 0)
+        check(abs(read_at / 1e9 - time.time()) < 5,
+              f"status: counters_read_unix_ns is when they were read ({read_at})")
+        time.sleep(1.5)
+        later = json.loads(http(base + "/api/v1/status")).get("counters_read_unix_ns", 0)
+        check(0.5e9 < later - read_at < 5e9,
+              f"status: counters read again about a second later (+{(later - read_at) / 1e9:.2f} s)")
         check(metric(base, "fetchcost_bpf_program_stats_enabled") == timing_before,
               f"without capture.program_stats the programs are timed only if the host says so "
               f"(kernel.bpf_stats_enabled {timing_before})")
