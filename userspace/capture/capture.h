@@ -50,9 +50,11 @@ struct Policy {
 
 struct Options {
   std::size_t ring_bytes_per_cpu = 4u << 20;  // rounded up to a power of two, >= page size
-  // A ring wakes the reader when its unread data crosses this (0 = an eighth of the ring);
-  // otherwise records wait for the reader's next pass (pass_interval_ms). Each wakeup costs the
-  // broker's thread an interrupt and a wakeup across CPUs: tens of us on a KVM guest.
+  // A ring wakes the reader when its unread data crosses this (0 = an eighth of the ring; below
+  // the ring's size); otherwise records wait for the reader's next pass (pass_interval_ms).
+  // Each wakeup costs the broker's thread an interrupt and a wakeup across CPUs: tens of us on
+  // a KVM guest. Set apart from the ring's size, a small ring (whose memory stays in the
+  // caches) need not wake the reader more often than a large one.
   std::size_t wakeup_bytes = 0;
   Policy default_policy;             // for targets added without their own policy
   Variant variant = Variant::kAuto;  // kSyscall*: force a fallback

@@ -132,10 +132,11 @@ Result<Config> parse_config(std::string_view text) {
   }
   if (doc.contains("capture") &&
       r.check_keys(doc["capture"], "capture",
-                   {"ring_kib_per_cpu", "capture_bytes", "object_store_head_bytes", "tls_libraries",
+                   {"ring_kib_per_cpu", "wakeup_kib", "capture_bytes", "object_store_head_bytes", "tls_libraries",
                     "drain_nice", "realtime_reader", "pass_interval_ms", "drain_yields",
                     "program_stats", "skip_quiet_fetches"})) {
     r.get(doc["capture"], "ring_kib_per_cpu", "capture.ring_kib_per_cpu", c.ring_kib_per_cpu);
+    r.get(doc["capture"], "wakeup_kib", "capture.wakeup_kib", c.wakeup_kib);
     r.get(doc["capture"], "capture_bytes", "capture.capture_bytes", c.capture_bytes);
     r.get(doc["capture"], "object_store_head_bytes", "capture.object_store_head_bytes",
           c.object_store_head_bytes);
@@ -194,6 +195,10 @@ Result<Config> parse_config(std::string_view text) {
     return make_error("config field \"sensors.idle_expiry_seconds\": must be positive");
   if (c.ring_kib_per_cpu < 4 || c.ring_kib_per_cpu > (1u << 20))
     return make_error("config field \"capture.ring_kib_per_cpu\": must be from 4 to 1048576");
+  if (c.wakeup_kib >= c.ring_kib_per_cpu)
+    return make_error(
+        "config field \"capture.wakeup_kib\": must be below capture.ring_kib_per_cpu (0 = an "
+        "eighth of the ring)");
   if (c.drain_nice < -20 || c.drain_nice > 19)
     return make_error("config field \"capture.drain_nice\": must be from -20 to 19");
   if (c.pass_interval_ms < 1 || c.pass_interval_ms > 100)

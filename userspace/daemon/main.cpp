@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
   std::uint32_t iovec_bytes = 4096;
   std::uint32_t head_bytes = 2048;
   std::size_t ring_kib = 4096;
+  std::size_t wakeup_kib = 0;
   int drain_nice = 0;
   double duration_s = 0;
   double status_interval_s = 0;
@@ -138,6 +139,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 16384))
       ->capture_default_str();
   app.add_option("--ring-kib", ring_kib, "Ring buffer size per CPU, KiB")->capture_default_str();
+  app.add_option("--wakeup-kib", wakeup_kib,
+                 "A ring's unread KiB that wake the reader before its next pass (0 = an eighth "
+                 "of the ring; below --ring-kib)")
+      ->capture_default_str();
   app.add_option("--drain-nice", drain_nice,
                  "Nice value of the drain thread, which decodes the records (0 = unchanged)")
       ->check(CLI::Range(-20, 19))
@@ -193,6 +198,7 @@ int main(int argc, char** argv) {
     if (app.count("--capture-bytes") == 0) capture_bytes = config.capture_bytes;
     if (app.count("--object-store-head-bytes") == 0) head_bytes = config.object_store_head_bytes;
     if (app.count("--ring-kib") == 0) ring_kib = config.ring_kib_per_cpu;
+    if (app.count("--wakeup-kib") == 0) wakeup_kib = config.wakeup_kib;
     if (app.count("--drain-nice") == 0) drain_nice = config.drain_nice;
     if (!config.realtime_reader) no_realtime_reader = true;
     if (!config.drain_yields) no_drain_yield = true;
@@ -212,6 +218,8 @@ int main(int argc, char** argv) {
   config.program_stats = program_stats;  // the flag's, as the status API reports it
   config.skip_quiet_fetches = skip_quiet_fetches;
   config.object_store_head_bytes = head_bytes;
+  config.ring_kib_per_cpu = ring_kib;  // as the flags set them, for the status API
+  config.wakeup_kib = wakeup_kib;
   // Discovery never finds this process; a pid given by hand could be it (Capture refuses it).
   if (std::find(pids.begin(), pids.end(), static_cast<int>(getpid())) != pids.end()) {
     std::fprintf(stderr,
@@ -229,6 +237,7 @@ int main(int argc, char** argv) {
   std::uint64_t seen = 0;
   fc::capture::Options options;
   options.ring_bytes_per_cpu = ring_kib * 1024;
+  options.wakeup_bytes = wakeup_kib * 1024;
   options.default_policy = {capture_bytes, iovec_bytes, FC_ROLE_OTHER};
   options.default_policy.head_bytes = static_cast<std::uint16_t>(head_bytes);
   options.variant = variant == "sock-tracepoints"      ? fc::capture::Variant::kSockTracepoints

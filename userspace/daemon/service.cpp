@@ -169,6 +169,7 @@ nlohmann::json config_json(const Config& c) {
             {"keep", c.audit_log_keep}}},
           {"capture",
            {{"ring_kib_per_cpu", c.ring_kib_per_cpu},
+            {"wakeup_kib", c.wakeup_kib},
             {"capture_bytes", c.capture_bytes},
             {"object_store_head_bytes", c.object_store_head_bytes},
             {"tls_libraries", c.tls_libraries}}},

@@ -194,6 +194,12 @@ TEST_CASE("records that trickle in reach the drain every pass interval, not ever
   CHECK(short_passes >= 25);  // about 60
   CHECK(long_passes <= 12);   // about 6
   CHECK(fc::capture::Capture::open({.pass_interval_ms = 0}, [](const auto&) {}).ok() == false);
+  // A mark at the ring's size would leave no room for the records that arrive while the
+  // reader wakes.
+  auto full_mark = fc::capture::Capture::open(
+      {.ring_bytes_per_cpu = 1 << 20, .wakeup_bytes = 1 << 20}, [](const auto&) {});
+  REQUIRE_FALSE(full_mark.ok());
+  CHECK(full_mark.error().message.find("wakeup mark") != std::string::npos);
 }
 
 namespace {

@@ -18,6 +18,8 @@ TEST_CASE("an empty config gives the documented defaults") {
   CHECK_FALSE(c->program_stats);
   CHECK(c->skip_quiet_fetches);
   CHECK(c->object_store_head_bytes == 2048);
+  CHECK(c->ring_kib_per_cpu == 4096);
+  CHECK(c->wakeup_kib == 0);
   CHECK(c->log_dirs_inotify);
   CHECK(c->log_dirs_rescan_seconds == 30);
 }
@@ -27,7 +29,7 @@ TEST_CASE("fields are read, and every error names its field") {
       "sensors":{"max_sensors":5,"partition_label":true},"audit_log":{"path":"/tmp/a"},
       "capture":{"drain_nice":-5,"realtime_reader":false,"pass_interval_ms":25,
                   "drain_yields":false,"program_stats":true,"skip_quiet_fetches":false,
-                  "object_store_head_bytes":0},
+                  "object_store_head_bytes":0,"ring_kib_per_cpu":1024,"wakeup_kib":512},
       "log_dirs_inotify":false,"log_dirs_rescan_seconds":5})");
   REQUIRE(c.ok());
   CHECK(c->kafka_ports == std::vector<std::uint16_t>{9092, 9093});
@@ -42,6 +44,8 @@ TEST_CASE("fields are read, and every error names its field") {
   CHECK(c->program_stats);
   CHECK_FALSE(c->skip_quiet_fetches);
   CHECK(c->object_store_head_bytes == 0);
+  CHECK(c->ring_kib_per_cpu == 1024);
+  CHECK(c->wakeup_kib == 512);
   CHECK_FALSE(c->log_dirs_inotify);
   CHECK(c->log_dirs_rescan_seconds == 5);
 
@@ -62,6 +66,9 @@ TEST_CASE("fields are read, and every error names its field") {
       {R"({"capture":{"pass_interval_ms":0}})", "capture.pass_interval_ms"},
       {R"({"capture":{"pass_interval_ms":500}})", "capture.pass_interval_ms"},
       {R"({"capture":{"drain_yields":1}})", "capture.drain_yields"},
+      {R"({"capture":{"wakeup_kib":4096}})", "capture.wakeup_kib"},
+      {R"({"capture":{"ring_kib_per_cpu":1024,"wakeup_kib":2048}})", "capture.wakeup_kib"},
+      {R"({"capture":{"wakeup_kib":-1}})", "capture.wakeup_kib"},
       {R"({"capture":{"program_stats":"on"}})", "capture.program_stats"},
       {R"({"capture":{"skip_quiet_fetches":"yes"}})", "capture.skip_quiet_fetches"},
       {R"({"capture":{"object_store_head_bytes":20000}})", "capture.object_store_head_bytes"},
