@@ -584,8 +584,7 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
   impl->ring_bytes = round_up_pow2(options.ring_bytes_per_cpu);
   if (options.wakeup_bytes >= impl->ring_bytes)
     return make_error("the wakeup mark (" + std::to_string(options.wakeup_bytes) +
-                      " bytes) must be below the ring's size (" +
-                      std::to_string(impl->ring_bytes) +
+                      " bytes) must be below the ring's size (" + std::to_string(impl->ring_bytes) +
                       " bytes): records that arrive while the reader wakes need the rest");
   // The ring buffers are created first: their size is the one the verifier checks every inner
   // map against (the first one doubles as the array's inner-map template).

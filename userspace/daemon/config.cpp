@@ -132,9 +132,9 @@ Result<Config> parse_config(std::string_view text) {
   }
   if (doc.contains("capture") &&
       r.check_keys(doc["capture"], "capture",
-                   {"ring_kib_per_cpu", "wakeup_kib", "capture_bytes", "object_store_head_bytes", "tls_libraries",
-                    "drain_nice", "realtime_reader", "pass_interval_ms", "drain_yields",
-                    "program_stats", "skip_quiet_fetches"})) {
+                   {"ring_kib_per_cpu", "wakeup_kib", "capture_bytes", "object_store_head_bytes",
+                    "tls_libraries", "drain_nice", "realtime_reader", "pass_interval_ms",
+                    "drain_yields", "program_stats", "skip_quiet_fetches"})) {
     r.get(doc["capture"], "ring_kib_per_cpu", "capture.ring_kib_per_cpu", c.ring_kib_per_cpu);
     r.get(doc["capture"], "wakeup_kib", "capture.wakeup_kib", c.wakeup_kib);
     r.get(doc["capture"], "capture_bytes", "capture.capture_bytes", c.capture_bytes);
