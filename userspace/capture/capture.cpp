@@ -585,7 +585,8 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
   if (options.wakeup_bytes >= impl->ring_bytes)
     return make_error("the wakeup mark (" + std::to_string(options.wakeup_bytes) +
                       " bytes) must be below the ring's size (" + std::to_string(impl->ring_bytes) +
-                      " bytes): records that arrive while the reader wakes need the rest");
+                      " bytes): records that arrive while the reader wakes need the rest (lower "
+                      "capture.wakeup_kib or raise capture.ring_kib_per_cpu)");
   // The ring buffers are created first: their size is the one the verifier checks every inner
   // map against (the first one doubles as the array's inner-map template).
   for (int cpu = 0; cpu < impl->cpus; ++cpu) {
