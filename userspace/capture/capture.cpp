@@ -224,6 +224,7 @@ struct Capture::Impl {
   Variant variant = Variant::kAuto;
   int cpus = 0;
   std::size_t ring_bytes = 0;
+  std::size_t wakeup_bytes = 0;  // the rings' wakeup mark, as loaded
   double load_seconds = 0;
   std::map<pid_t, Target> targets;
   // Written by the reader thread alone, read by status() on another: relaxed atomics, bumped
@@ -608,9 +609,9 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
     const bool by_syscall = impl->variant != Variant::kSockTracepoints;
     impl->skel->rodata->cfg_record_ciphertext = options.deliver_tls_ciphertext;
     impl->skel->rodata->cfg_skip_quiet_fetches = options.skip_quiet_fetches && !by_syscall;
-    impl->skel->rodata->cfg_wakeup_bytes = options.wakeup_bytes
-                                               ? options.wakeup_bytes
-                                               : std::max<std::size_t>(impl->ring_bytes / 8, 1);
+    impl->wakeup_bytes = options.wakeup_bytes ? options.wakeup_bytes
+                                              : std::max<std::size_t>(impl->ring_bytes / 8, 1);
+    impl->skel->rodata->cfg_wakeup_bytes = impl->wakeup_bytes;
     // Feature probe result: load exactly one socket variant; TLS programs load always (they are
     // attached per target later, by hand). The fallback also takes the TCP state tracepoint
     // when the kernel has it, for connections that end without a close() (resets, exit).
@@ -933,6 +934,7 @@ Status Capture::status() const {
   Status s;
   s.variant = impl_->variant;
   s.ring_bytes_per_cpu = impl_->ring_bytes;
+  s.wakeup_bytes = impl_->wakeup_bytes;
   s.load_seconds = impl_->load_seconds;
   bpf_program* prog;
   bpf_object__for_each_program(prog, impl_->skel->obj) {

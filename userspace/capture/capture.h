@@ -194,7 +194,8 @@ struct Status {
   ProgramStatsStatus program_stats;
   std::vector<TargetStatus> targets;
   std::size_t ring_bytes_per_cpu = 0;
-  double load_seconds = 0;  // wall time the kernel took to load (verify) the programs
+  std::size_t wakeup_bytes = 0;  // a ring's unread bytes that wake the reader (Options)
+  double load_seconds = 0;       // wall time the kernel took to load (verify) the programs
   // When status() read the counters below (CLOCK_REALTIME, ns). fetchcostd refreshes its status
   // about once a second: a rate from two statuses divides by the difference of this, not by
   // the time between the two requests.

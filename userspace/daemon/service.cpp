@@ -614,6 +614,7 @@ struct Service::Impl {
                             {"spool_peak_bytes", capture_status.spool_peak_bytes},
                             {"spool_limit_bytes", capture_status.spool_limit_bytes},
                             {"passes", capture_status.reader_passes},
+                            {"wakeup_bytes", capture_status.wakeup_bytes},
                             {"wakeups", capture_status.totals.wakeups}};
       nlohmann::json events_per_cpu = nlohmann::json::array();
       for (const auto& c : capture_status.per_cpu) events_per_cpu.push_back(c.events);

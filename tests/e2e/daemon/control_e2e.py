@@ -194,7 +194,8 @@ def main():
     r = subprocess.run([FETCHCOSTD, "--config", conf], capture_output=True, text=True, timeout=20)
     check(r.returncode == 2 and "sensors.max_sensors" in r.stderr, "bad config refused, field named")
 
-    write_config()
+    # The rings' size and wakeup mark as set (capture.wakeup_kib), reported by the status.
+    write_config(capture={"ring_kib_per_cpu": 1024, "wakeup_kib": 512})
     timing_before = kernel_timing()
     series_untimed = {}
     log = open(os.path.join(work, "fetchcostd.log"), "w")
@@ -209,6 +210,10 @@ def main():
               f"--version and the status API agree ({status.get('version')!r})")
         check(isinstance(status.get("ring_reader", {}).get("wakeups"), int),
               "status: ring_reader.wakeups counted")
+        check(status.get("ring_bytes_per_cpu") == 1 << 20
+              and status.get("ring_reader", {}).get("wakeup_bytes") == 512 << 10,
+              f"status: the configured ring and wakeup mark ({status.get('ring_bytes_per_cpu')}, "
+              f"{status.get('ring_reader', {}).get('wakeup_bytes')})")
         # The counters' own time, for rates: refreshed about once a second, near the clock.
         read_at = status.get("counters_read_unix_ns", 0)
         check(abs(read_at / 1e9 - time.time()) < 5,
