@@ -609,8 +609,8 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
     const bool by_syscall = impl->variant != Variant::kSockTracepoints;
     impl->skel->rodata->cfg_record_ciphertext = options.deliver_tls_ciphertext;
     impl->skel->rodata->cfg_skip_quiet_fetches = options.skip_quiet_fetches && !by_syscall;
-    impl->wakeup_bytes = options.wakeup_bytes ? options.wakeup_bytes
-                                              : std::max<std::size_t>(impl->ring_bytes / 8, 1);
+    impl->wakeup_bytes =
+        options.wakeup_bytes ? options.wakeup_bytes : default_wakeup_bytes(impl->ring_bytes);
     impl->skel->rodata->cfg_wakeup_bytes = impl->wakeup_bytes;
     // Feature probe result: load exactly one socket variant; TLS programs load always (they are
     // attached per target later, by hand). The fallback also takes the TCP state tracepoint

@@ -48,13 +48,20 @@ struct Policy {
   std::uint16_t head_bytes = 2048;
 };
 
+// The wakeup mark of a ring of this size when Options::wakeup_bytes is 0: half the ring, at most
+// 512 KiB. A small ring (1 MiB, the default) costs the broker less per record than a large one,
+// its memory being written again sooner, and with half of it as the mark wakes the reader no
+// more often than a 4 MiB ring with 512 KiB (docs/performance.md, "Session 38").
+constexpr std::size_t default_wakeup_bytes(std::size_t ring_bytes) {
+  return ring_bytes / 2 < (std::size_t{512} << 10) ? ring_bytes / 2 : std::size_t{512} << 10;
+}
+
 struct Options {
-  std::size_t ring_bytes_per_cpu = 4u << 20;  // rounded up to a power of two, >= page size
-  // A ring wakes the reader when its unread data crosses this (0 = an eighth of the ring; below
+  std::size_t ring_bytes_per_cpu = 1u << 20;  // rounded up to a power of two, >= page size
+  // A ring wakes the reader when its unread data crosses this (0 = default_wakeup_bytes; below
   // the ring's size); otherwise records wait for the reader's next pass (pass_interval_ms).
   // Each wakeup costs the broker's thread an interrupt and a wakeup across CPUs: tens of us on
-  // a KVM guest. Set apart from the ring's size, a small ring (whose memory stays in the
-  // caches) need not wake the reader more often than a large one.
+  // a KVM guest. The rest of the ring holds the records that arrive while the reader wakes.
   std::size_t wakeup_bytes = 0;
   Policy default_policy;             // for targets added without their own policy
   Variant variant = Variant::kAuto;  // kSyscall*: force a fallback

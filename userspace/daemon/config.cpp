@@ -197,8 +197,8 @@ Result<Config> parse_config(std::string_view text) {
     return make_error("config field \"capture.ring_kib_per_cpu\": must be from 4 to 1048576");
   if (c.wakeup_kib >= c.ring_kib_per_cpu)
     return make_error(
-        "config field \"capture.wakeup_kib\": must be below capture.ring_kib_per_cpu (0 = an "
-        "eighth of the ring)");
+        "config field \"capture.wakeup_kib\": must be below capture.ring_kib_per_cpu (0 = half "
+        "the ring, at most 512)");
   if (c.drain_nice < -20 || c.drain_nice > 19)
     return make_error("config field \"capture.drain_nice\": must be from -20 to 19");
   if (c.pass_interval_ms < 1 || c.pass_interval_ms > 100)

@@ -14,7 +14,7 @@
 //     "state_dir": "/var/lib/fetchcost",
 //     "ledger": {"retention_days": 400, "hourly_days": 35},
 //     "audit_log": {"path": "", "max_bytes": 104857600, "keep": 5},
-//     "capture": {"ring_kib_per_cpu": 4096, "wakeup_kib": 0, "capture_bytes": 4096,
+//     "capture": {"ring_kib_per_cpu": 1024, "wakeup_kib": 0, "capture_bytes": 4096,
 //                 "object_store_head_bytes": 2048,
 //                 "tls_libraries": ["openssl", "gnutls"], "drain_nice": 0,
 //                 "realtime_reader": true, "pass_interval_ms": 100, "drain_yields": true,
@@ -69,9 +69,9 @@ struct Config {
   std::string audit_log_path;  // empty: no audit log
   std::uint64_t audit_log_max_bytes = 100ull << 20;
   int audit_log_keep = 5;
-  std::size_t ring_kib_per_cpu = 4096;
+  std::size_t ring_kib_per_cpu = 1024;
   // A ring's unread KiB that wake the reader before its next pass (capture::Options::
-  // wakeup_bytes; 0 = an eighth of the ring).
+  // wakeup_bytes; 0 = half the ring, at most 512 KiB).
   std::size_t wakeup_kib = 0;
   std::uint32_t capture_bytes = 4096;
   // An object-store response's first read, its HTTP header (capture::Policy::head_bytes).

@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   std::uint32_t capture_bytes = 4096;
   std::uint32_t iovec_bytes = 4096;
   std::uint32_t head_bytes = 2048;
-  std::size_t ring_kib = 4096;
+  std::size_t ring_kib = 1024;
   std::size_t wakeup_kib = 0;
   int drain_nice = 0;
   double duration_s = 0;
@@ -140,8 +140,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--ring-kib", ring_kib, "Ring buffer size per CPU, KiB")->capture_default_str();
   app.add_option("--wakeup-kib", wakeup_kib,
-                 "A ring's unread KiB that wake the reader before its next pass (0 = an eighth "
-                 "of the ring; below --ring-kib)")
+                 "A ring's unread KiB that wake the reader before its next pass (0 = half the "
+                 "ring, at most 512; below --ring-kib)")
       ->capture_default_str();
   app.add_option("--drain-nice", drain_nice,
                  "Nice value of the drain thread, which decodes the records (0 = unchanged)")

@@ -59,7 +59,9 @@ def main():
     ap.add_argument("--scrapers", type=int, default=1,
                     help="threads sharing --scrape-per-second (a large page takes a while to read)")
     ap.add_argument("--ring-kib", type=int, default=0,
-                    help="ring buffer KiB per CPU (0: fetchcostd's default, 4 MiB)")
+                    help="ring buffer KiB per CPU (0: fetchcostd's default)")
+    ap.add_argument("--wakeup-kib", type=int, default=0,
+                    help="unread KiB that wake the ring reader (0: fetchcostd's default)")
     ap.add_argument("--malloc-arena-max", type=int, default=0)
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
@@ -85,7 +87,8 @@ def main():
             "sensors": {"max_sensors": args.max_sensors},
             # The default ring: a scrape renders from a snapshot without holding the lock the
             # capture drain needs, so the load needs no pacing and no extra ring to be exact.
-            **({"capture": {"ring_kib_per_cpu": args.ring_kib}} if args.ring_kib else {}),
+            "capture": {k: v for k, v in (("ring_kib_per_cpu", args.ring_kib),
+                                          ("wakeup_kib", args.wakeup_kib)) if v},
         }).start()
         os.environ.pop("MALLOC_ARENA_MAX", None)
         check(wait_until(lambda: fc.status()["targets"], 20), "broker watched")

@@ -232,6 +232,15 @@ TEST_CASE("the programs wake the ring reader only when a ring's unread data reac
       {.ring_bytes_per_cpu = 1 << 20, .wakeup_bytes = 1 << 20}, [](const auto&) {});
   REQUIRE_FALSE(full_mark.ok());
   CHECK(full_mark.error().message.find("wakeup mark") != std::string::npos);
+  // Without a mark of its own, a ring gets half its size, at most 512 KiB: the default 1 MiB
+  // ring is never woken for less than the 4 MiB ring before it was.
+  for (const auto& [ring, mark] :
+       {std::pair{1u << 20, 512u << 10}, {4u << 20, 512u << 10}, {64u << 10, 32u << 10}}) {
+    auto capture = fc::capture::Capture::open({.ring_bytes_per_cpu = ring}, [](const auto&) {});
+    REQUIRE(capture.ok());
+    CHECK(capture.value()->status().wakeup_bytes == mark);
+  }
+  CHECK(fc::capture::Options{}.ring_bytes_per_cpu == 1u << 20);
   {
     // Kept up: 0.6 s of paced records, about 130 KiB in all, well past the 8 KiB mark, but the
     // reader takes them every 5 ms, about 1 KiB at a time.

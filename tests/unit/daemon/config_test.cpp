@@ -18,7 +18,7 @@ TEST_CASE("an empty config gives the documented defaults") {
   CHECK_FALSE(c->program_stats);
   CHECK(c->skip_quiet_fetches);
   CHECK(c->object_store_head_bytes == 2048);
-  CHECK(c->ring_kib_per_cpu == 4096);
+  CHECK(c->ring_kib_per_cpu == 1024);
   CHECK(c->wakeup_kib == 0);
   CHECK(c->log_dirs_inotify);
   CHECK(c->log_dirs_rescan_seconds == 30);
