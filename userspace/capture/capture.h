@@ -51,7 +51,7 @@ struct Policy {
 // The wakeup mark of a ring of this size when Options::wakeup_bytes is 0: half the ring, at most
 // 512 KiB. A small ring (1 MiB, the default) costs the broker less per record than a large one,
 // its memory being written again sooner, and with half of it as the mark wakes the reader no
-// more often than a 4 MiB ring with 512 KiB (docs/performance.md, "Session 38").
+// more often than a 4 MiB ring with 512 KiB (docs/performance.md, "Session 38", "Session 39").
 constexpr std::size_t default_wakeup_bytes(std::size_t ring_bytes) {
   return ring_bytes / 2 < (std::size_t{512} << 10) ? ring_bytes / 2 : std::size_t{512} << 10;
 }
