@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -53,7 +54,7 @@ struct Policy {
 // its memory being written again sooner, and with half of it as the mark wakes the reader no
 // more often than a 4 MiB ring with 512 KiB (docs/performance.md, "Session 38", "Session 39").
 constexpr std::size_t default_wakeup_bytes(std::size_t ring_bytes) {
-  return ring_bytes / 2 < (std::size_t{512} << 10) ? ring_bytes / 2 : std::size_t{512} << 10;
+  return std::min(ring_bytes / 2, std::size_t{512} << 10);
 }
 
 struct Options {

@@ -99,14 +99,16 @@ int main(int argc, char** argv) {
   CLI::App app{"fetchcostd — attributes Kafka tiered-storage reads to the clients that cause them"};
   app.set_version_flag("--version", std::string("fetchcostd ") + fc::kVersion);
   std::vector<int> pids;
-  std::string match = "kafka.Kafka";
+  // Flags that mirror a config field start from the config's default: one place for each.
+  const fc::daemon::Config defaults;
+  std::string match = defaults.cmdline_match;
   std::string cgroup;
-  std::uint32_t capture_bytes = 4096;
+  std::uint32_t capture_bytes = defaults.capture_bytes;
   std::uint32_t iovec_bytes = 4096;
-  std::uint32_t head_bytes = 2048;
-  std::size_t ring_kib = 1024;
-  std::size_t wakeup_kib = 0;
-  int drain_nice = 0;
+  std::uint32_t head_bytes = defaults.object_store_head_bytes;
+  std::size_t ring_kib = defaults.ring_kib_per_cpu;
+  std::size_t wakeup_kib = defaults.wakeup_kib;
+  int drain_nice = defaults.drain_nice;
   double duration_s = 0;
   double status_interval_s = 0;
   bool print_events = false;
@@ -115,8 +117,8 @@ int main(int argc, char** argv) {
   bool no_realtime_reader = false;
   bool no_drain_yield = false;
   bool program_stats = false;
-  bool skip_quiet_fetches = true;
-  int pass_interval_ms = 100;
+  bool skip_quiet_fetches = defaults.skip_quiet_fetches;
+  int pass_interval_ms = defaults.pass_interval_ms;
   std::vector<std::string> tls_skip;
   std::string variant = "auto";
   std::string config_path;
