@@ -48,6 +48,7 @@ struct PendingFetch {
   bool response_seen = false;
   std::vector<PendingPartition> parts;
   std::vector<std::uint32_t> reader_threads;  // threads tied to this fetch
+  std::uint32_t started_reads = 0;            // GETs matched to it when they started, not done
 };
 
 using FetchList = std::list<PendingFetch>;
@@ -123,6 +124,13 @@ struct Attributor::Impl {
     std::int64_t range_last = -1;
   };
   std::unordered_map<std::uint32_t, Affinity> by_thread;
+  // Exact GETs matched when their request was written, by (start time, connection): the fetch
+  // (by arrival, which outlives no finished fetch) and partition, until the GET completes.
+  struct Started {
+    std::uint64_t arrival;
+    std::size_t part;
+  };
+  std::map<std::pair<std::uint64_t, std::uint64_t>, Started> started;
   std::unordered_map<std::uint64_t, std::string> peers;
   std::unordered_map<std::uint64_t, std::uint32_t> processes;  // client connection → broker
   std::uint64_t latest_ns = 0;                                 // the newest time seen in any input
@@ -385,7 +393,8 @@ struct Attributor::Impl {
         // failed (a failed GET ends its task), takes no new task.
         const bool ended = part.read_done || part.failure_taken;
         const int rank = (ended && options.one_remote_partition_per_fetch ? -4 : 0) +
-                         (fetch->reader_threads.empty() ? 2 : 0) + (part.first_remote ? 1 : 0);
+                         (fetch->reader_threads.empty() && fetch->started_reads == 0 ? 2 : 0) +
+                         (part.first_remote ? 1 : 0);
         if (rank > best_rank ||
             (best && rank == best_rank && fetch->arrival < best->fetch->arrival)) {
           best = Affinity{fetch, i};
@@ -526,9 +535,43 @@ struct Attributor::Impl {
     });
   }
 
-  void on_read(const ObjectRead& read) {
+  void on_read(const ObjectRead& read, std::optional<Affinity> at_start = std::nullopt) {
     const bool exact = read.method == Method::kExact && !read.topic.empty();
-    decide(read, exact, exact ? match_exact(read) : match_estimated(read));
+    decide(read, exact, at_start ? at_start : exact ? match_exact(read) : match_estimated(read));
+  }
+
+  // Reader threads take queued fetches oldest first, but their GETs complete in any order: a
+  // GET matched when it completes could take an older fetch that an earlier, slower GET was
+  // reading for, and leave that GET only fetches that arrived after it started (concurrent reads
+  // of one partition). Matched when it starts, in start order, each GET takes the fetch its
+  // thread took.
+  void on_started(const ObjectRead& read) {
+    if (read.method != Method::kExact || read.topic.empty()) return;
+    const std::optional<Affinity> match = match_exact(read);
+    if (!match) return;
+    if (started.size() >= options.max_pending) forget_started(started.begin());  // never completed
+    ++match->fetch->started_reads;
+    started[{read.start_ns, read.connection}] = {match->fetch->arrival, match->part};
+  }
+
+  // The match made when `read` started, while its fetch is still open to it.
+  std::optional<Affinity> take_started(const ObjectRead& read) {
+    auto it = started.find({read.start_ns, read.connection});
+    if (it == started.end()) return std::nullopt;
+    const Started s = it->second;
+    const std::optional<FetchIt> fetch = forget_started(it);
+    if (!fetch || s.part >= (*fetch)->parts.size() ||
+        !before_answer(**fetch, (*fetch)->parts[s.part], read, /*continues_task=*/true))
+      return std::nullopt;
+    return Affinity{*fetch, s.part};
+  }
+
+  std::optional<FetchIt> forget_started(decltype(started)::iterator it) {
+    const auto fetch = by_arrival.find(it->second.arrival);
+    started.erase(it);
+    if (fetch == by_arrival.end()) return std::nullopt;  // finished meanwhile
+    if (fetch->second->started_reads > 0) --fetch->second->started_reads;
+    return fetch->second;
   }
 
   // Holds a failed exact GET unless it continues its thread's task (a manifest, then a failing
@@ -758,14 +801,21 @@ void Attributor::on_exchange(const kafka::Exchange& exchange) {
   }
 }
 
+void Attributor::on_object_request(const ObjectRead& read) {
+  impl_->latest_ns = std::max(impl_->latest_ns, read.start_ns);
+  impl_->on_started(read);
+}
+
 void Attributor::on_object_read(const ObjectRead& read) {
   impl_->latest_ns = std::max(impl_->latest_ns, read.end_ns);
+  const std::optional<Impl::Affinity> at_start = impl_->take_started(read);
   // Exact reads (also a response whose request was not seen, matched at once as before) are
   // decided now; estimated cycles arrive late and out of order, so they wait to be settled.
+  // A failed GET ends its task: which fetch it failed for shows in the answers that follow.
   if (read.method == Method::kExact && !read.succeeded() && !read.topic.empty()) {
     impl_->on_failed(read);
   } else if (read.method == Method::kExact) {
-    impl_->on_read(read);
+    impl_->on_read(read, at_start);
   } else {
     ObjectRead held = read;  // estimated reads carry no key; drop the views, they do not outlive us
     held.object_key = held.topic = held.topic_id = {};

@@ -186,6 +186,10 @@ class Attributor {
   void set_process(std::uint64_t connection, std::uint32_t process);
   void on_request(const kafka::Exchange& request);
   void on_exchange(const kafka::Exchange& exchange);
+  // An exact GET's request was written (status 0, no end yet): matched to its fetch now, in the
+  // order the broker's reader threads start their GETs; its on_object_read() keeps that match
+  // while the fetch is still open to it.
+  void on_object_request(const ObjectRead& read);
   // Successful exact reads are attributed at once; failed and estimated ones once settled
   // (Options::estimate_settle_ns, or expire()). The read's views need not outlive the call.
   void on_object_read(const ObjectRead& read);

@@ -328,6 +328,7 @@ struct HttpConnection::Impl {
   const KeyLayout* layout;
   HttpOptions options;
   ObjectGetCallback on_get;
+  ObjectGetCallback on_request;
   HttpStats stats;
   Side requests;
   Side responses;
@@ -339,9 +340,13 @@ struct HttpConnection::Impl {
   ObjectGet current;
   BodyReader response_body;
 
-  void emit(ObjectGet& get) {
+  void parse_key(ObjectGet& get) const {
     if (layout != nullptr && !get.target.key.empty())
       get.key_fields = layout->parse(get.target.key);
+  }
+
+  void emit(ObjectGet& get) {
+    parse_key(get);
     on_get(get);
   }
 
@@ -403,8 +408,11 @@ struct HttpConnection::Impl {
         ++stats.dropped_requests;
       }
       pending.push_back(std::move(request));
+      if (on_request) announce(pending.back());
     }
   }
+
+  void announce(const PendingRequest& request);
 
   // A 206's Content-Range names the request it answers. When it is not the oldest pending
   // request, the responses to the older ones were lost (a resync skipped them): they are emitted
@@ -524,12 +532,14 @@ struct HttpConnection::Impl {
 };
 
 HttpConnection::HttpConnection(std::uint64_t connection_id, const KeyLayout* layout,
-                               HttpOptions options, ObjectGetCallback on_get)
+                               HttpOptions options, ObjectGetCallback on_get,
+                               ObjectGetCallback on_request)
     : impl_(std::make_unique<Impl>()) {
   impl_->connection = connection_id;
   impl_->layout = layout;
   impl_->options = std::move(options);
   impl_->on_get = std::move(on_get);
+  impl_->on_request = std::move(on_request);
 }
 
 HttpConnection::~HttpConnection() = default;
@@ -577,6 +587,13 @@ ObjectGet as_get(const PendingRequest& r) {
 }
 
 }  // namespace
+
+void HttpConnection::Impl::announce(const PendingRequest& request) {
+  ObjectGet get = as_get(request);
+  get.connection = connection;
+  parse_key(get);
+  on_request(get);
+}
 
 std::optional<ObjectGet> HttpConnection::newest_pending() const {
   if (impl_->pending.empty()) return std::nullopt;

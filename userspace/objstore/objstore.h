@@ -155,8 +155,10 @@ bool is_retry_of(const ObjectGet& retry, const ObjectGet& request);
 
 class HttpConnection {
  public:
+  // `on_get`: each exchange once its response is complete (or known lost). `on_request`, if set:
+  // each request as soon as its head is read (status 0, no response yet), in the order written.
   HttpConnection(std::uint64_t connection_id, const KeyLayout* layout, HttpOptions options,
-                 ObjectGetCallback on_get);
+                 ObjectGetCallback on_get, ObjectGetCallback on_request = {});
   ~HttpConnection();
   HttpConnection(const HttpConnection&) = delete;
   HttpConnection& operator=(const HttpConnection&) = delete;

@@ -237,6 +237,17 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
       }
     }
     ++stats.object_reads;
+    attributor.on_object_read(object_read(g));
+  }
+
+  // A GET's request head was read: exact GETs are matched to their fetch now, in the order the
+  // broker's reader threads start them (they take queued fetches oldest first), not in the order
+  // their responses complete.
+  void on_get_request(const objstore::ObjectGet& g) {
+    if (g.http_method == "GET" && g.key_fields.parsed) attributor.on_object_request(object_read(g));
+  }
+
+  attribution::ObjectRead object_read(const objstore::ObjectGet& g) const {
     attribution::ObjectRead r;
     r.connection = g.connection;
     if (auto c = conns.find(g.connection); c != conns.end()) r.process = c->second.process;
@@ -258,7 +269,7 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
         r.range_last = g.range->last ? static_cast<std::int64_t>(*g.range->last) : -1;
       }
     }
-    attributor.on_object_read(r);
+    return r;
   }
 
   objstore::HttpConnection* http_of(std::uint64_t id) {
@@ -371,7 +382,8 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
         objstore::HttpOptions options;
         options.virtual_host_suffixes = config.virtual_host_suffixes;
         conn.http = std::make_unique<objstore::HttpConnection>(
-            id, layout.get(), options, [this](const objstore::ObjectGet& g) { on_get(g); });
+            id, layout.get(), options, [this](const objstore::ObjectGet& g) { on_get(g); },
+            [this](const objstore::ObjectGet& g) { on_get_request(g); });
         break;
       }
       case Role::kObjectStoreOpaque:

@@ -166,6 +166,66 @@ TEST_CASE(
   CHECK(bytes["b"] == 20);
 }
 
+TEST_CASE("GETs are matched in the order they start, whatever order they complete in") {
+  // Reader threads take queued fetches oldest first. Thread 41 starts a GET for "a" before "b"
+  // arrives; thread 42 starts b's after, and completes first. Matched at completion, b's GET would
+  // take "a" (the oldest fetch no thread read), and a's GET, started before "b" arrived, would go
+  // to "a" a second time.
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  attributor.on_request(fetch(1, 1, "a", 100, {{"t", 3, 10}}));
+  const ObjectRead for_a = get(41, 120, 300, "t", 3, 0, 10);
+  attributor.on_object_request(for_a);
+  attributor.on_request(fetch(2, 1, "b", 150, {{"t", 3, 10}}));
+  const ObjectRead for_b = get(42, 160, 200, "t", 3, 0, 20);
+  attributor.on_object_request(for_b);
+  attributor.on_object_read(for_b);
+  attributor.on_object_read(for_a);
+  REQUIRE(sink.reads.size() == 2);
+  CHECK(sink.reads[0].client == "b");
+  CHECK(sink.reads[1].client == "a");
+  auto bytes = sink.bytes_by_client();
+  CHECK(bytes["a"] == 10);
+  CHECK(bytes["b"] == 20);
+}
+
+TEST_CASE("a GET matched at its start to a fetch answered before it completed is matched again") {
+  // The broker's request handlers may queue two fetches in the other order than they arrived:
+  // a's GET then carried b's data, and "a" was answered first, by the other GET.
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  auto a = fetch(1, 1, "a", 100, {{"t", 3, 10}});
+  auto b = fetch(2, 1, "b", 110, {{"t", 3, 10}});
+  attributor.on_request(a);
+  attributor.on_request(b);
+  const ObjectRead first = get(41, 120, 300, "t", 3, 0, 10);   // matched to "a" at its start
+  const ObjectRead second = get(42, 130, 200, "t", 3, 0, 20);  // matched to "b" at its start
+  attributor.on_object_request(first);
+  attributor.on_object_request(second);
+  attributor.on_object_read(second);
+  attributor.on_exchange(respond(a, 210, 20));
+  attributor.on_object_read(first);  // "a" answered: not a's; "b" is still open to it
+  REQUIRE(sink.reads.size() == 2);
+  CHECK(sink.reads[1].client == "b");
+  CHECK(attributor.counters().reads_unattributed == 0);
+}
+
+TEST_CASE("a failed GET gives back the fetch it was matched to at its start") {
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  attributor.on_request(fetch(1, 1, "a", 100, {{"t", 3, 10}}));
+  attributor.on_request(fetch(2, 1, "b", 110, {{"t", 3, 10}}));
+  const ObjectRead failed = get(41, 120, 130, "t", 3, 0, 0, 503);
+  attributor.on_object_request(failed);
+  attributor.on_object_read(failed);
+  // Thread 42's GET, started later, finds "a" read by no thread again: the oldest, it takes it.
+  const ObjectRead retry = get(42, 140, 200, "t", 3, 0, 10);
+  attributor.on_object_request(retry);
+  attributor.on_object_read(retry);
+  REQUIRE(!sink.reads.empty());
+  CHECK(sink.reads.back().client == "a");
+}
+
 TEST_CASE("a GET in a later segment than the fetch offset is not the fetch's") {
   RecordingSink sink;
   attribution::Attributor attributor(sink, nullptr);

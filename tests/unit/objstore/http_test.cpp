@@ -450,3 +450,40 @@ TEST_CASE("forget_retried: only unanswered requests of the same thread, object a
   CHECK(gets[0].status == 0);
   CHECK(gets[0].range->first == 10u);
 }
+
+TEST_CASE("a request is announced when its head is read, with its key's fields, before its GET") {
+  std::vector<std::string> order;
+  std::vector<ObjectGet> announced;
+  fc::objstore::AivenLayout layout;
+  HttpConnection connection(
+      7, &layout, {}, [&](const ObjectGet&) { order.push_back("get"); },
+      [&](const ObjectGet& request) {
+        order.push_back("request");
+        announced.push_back(request);
+      });
+  const std::string request =
+      "GET /bucket/orders-VEXPLK2UScKmEBdguDB90A/3/00000000000000001200-m6wceF6nCjpqGq8g8MgkxQ.log "
+      "HTTP/1.1\r\nHost: s3:4568\r\nRange: bytes=0-99\r\n\r\n";
+  feed(connection, Direction::kRequest, request.substr(0, 40), 40, 40, 100, 31);
+  CHECK(announced.empty());  // the head is not complete yet
+  connection.on_piece(Direction::kRequest, 40, request.size() - 40, bytes(request.substr(40)), 101,
+                      31);
+  REQUIRE(announced.size() == 1);
+  CHECK(announced[0].connection == 7);
+  CHECK(announced[0].http_method == "GET");
+  CHECK(announced[0].request_ns == 100);
+  CHECK(announced[0].thread_id == 31);
+  CHECK(announced[0].status == 0);
+  CHECK(announced[0].key_fields.parsed);
+  CHECK(announced[0].key_fields.topic == "orders");
+  CHECK(announced[0].key_fields.partition == 3);
+  CHECK(announced[0].key_fields.base_offset == 1200);
+  REQUIRE(announced[0].range);
+  CHECK(*announced[0].range->first == 0);
+  const std::string response =
+      "HTTP/1.1 206 Partial Content\r\nContent-Length: 100\r\nContent-Range: bytes "
+      "0-99/500\r\n\r\n" +
+      std::string(100, 'x');
+  feed(connection, Direction::kResponse, response, response.size(), response.size(), 200);
+  CHECK(order == std::vector<std::string>{"request", "get"});
+}
