@@ -8,6 +8,8 @@ the number of client-ids, so sensors are evicted into __other__ all the time.
               flat: the peaks of the last third of the run are at most --max-growth-mib above
               those of the middle third, and the peak is below --max-rss-mib
   bound       live sensors never exceed max_sensors
+  per client  the GETs given to each client-id match the ledger's (its list of every GET) for all
+              but --max-misattributed of them (runs whose ledger list and audit log are whole)
   exact       bytes, GETs and errors summed over every client (live and __other__ folds) equal
               the simulator's ledger totals: folding loses nothing
 
@@ -19,6 +21,8 @@ the number of client-ids, so sensors are evicted into __other__ all the time.
   the ring drops; --malloc-arena-max N runs fetchcostd with MALLOC_ARENA_MAX=N.
 """
 import argparse
+import collections
+import json
 import os
 import subprocess
 import tempfile
@@ -63,6 +67,8 @@ def main():
     ap.add_argument("--wakeup-kib", type=int, default=0,
                     help="unread KiB that wake the ring reader (0: fetchcostd's default)")
     ap.add_argument("--malloc-arena-max", type=int, default=0)
+    ap.add_argument("--max-misattributed", type=float, default=0.02,
+                    help="share of GETs that may go to another client-id than the ledger's")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     require_root()
@@ -72,6 +78,7 @@ def main():
                            segment_bytes=256 * 1024, chunk_size=16 * 1024,
                            extra_broker_args=["--listen", f"127.0.0.1:{kafka_port}",
                                               "--remote-fetch-max-wait-ms", "10000"])
+    audit_path = os.path.join(workdir, "audit.jsonl")
     fc = None
     loads = []
     try:
@@ -85,6 +92,8 @@ def main():
             "object_store": {"ports": [info["s3"]["port"]]},
             "log_dirs": [info["broker"]["log_dirs"]],
             "sensors": {"max_sensors": args.max_sensors},
+            # Every attributed read, for the per-client check against the ledger's GETs below.
+            "audit_log": {"path": audit_path},
             # The default ring: a scrape renders from a snapshot without holding the lock the
             # capture drain needs, so the load needs no pacing and no extra ring to be exact.
             "capture": {k: v for k, v in (("ring_kib_per_cpu", args.ring_kib),
@@ -180,6 +189,29 @@ def main():
         want = (led["bytes"], led["gets"], led["errors"])
         check(wait_until(lambda: totals() == want, 20, 0.5),
               f"totals over every sensor (with __other__) {totals()} == ledger {want}")
+        # Per client: the GETs fetchcostd gave each client-id against the ledger's own (the
+        # simulator knows which fetch each GET served). Fetches of one partition at one offset
+        # from eight connections at once leave only timing to tell them apart, and the broker's
+        # handler threads may queue two of them in the other order than they arrived: a few
+        # GETs go to the wrong one of two concurrent fetches. The ledger lists at most 200,000
+        # GETs and the audit log rotates at 100 MB: longer runs skip this check.
+        detail = world.admin("/ledger?gets=1")["gets"]
+        audit_files = sorted(f for f in os.listdir(workdir) if f.startswith("audit.jsonl"))
+        if len(detail) == led["gets"] and audit_files == ["audit.jsonl"]:
+            truth = collections.Counter(g["client_id"] for g in detail)
+            with open(audit_path) as f:
+                seen = collections.Counter(json.loads(line)["client_id"] for line in f)
+            wrong = sum(max(0, truth[c] - seen.get(c, 0)) for c in truth)
+            share = wrong / max(1, led["gets"])
+            print(f"per client: {wrong} of {led['gets']} GETs not given to the client-id that "
+                  f"caused them ({100 * share:.2f}%), {seen.get('__unattributed__', 0)} "
+                  "unattributed")
+            check(share <= args.max_misattributed,
+                  f"GETs given to another client-id {100 * share:.2f}% <= "
+                  f"{100 * args.max_misattributed:.2f}%")
+        else:
+            print(f"per client: skipped ({len(detail)} of {led['gets']} GETs in the ledger's "
+                  f"detail, audit files {audit_files})")
         st_all = fc.status()
         print(f"drops {st_all['drops']} of {st_all['events']} events; complete: "
               f"{st_all.get('attribution_complete')}; parse errors {st_all['parse_errors']}; "
