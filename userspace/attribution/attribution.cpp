@@ -125,10 +125,13 @@ struct Attributor::Impl {
   };
   std::unordered_map<std::uint32_t, Affinity> by_thread;
   // Exact GETs matched when their request was written, by (start time, connection): the fetch
-  // (by arrival, which outlives no finished fetch) and partition, until the GET completes.
+  // (by arrival, which outlives no finished fetch) and partition, until the GET completes; and
+  // what makes a later request on the same thread a retry of it.
   struct Started {
     std::uint64_t arrival;
     std::size_t part;
+    std::uint32_t thread_id;
+    std::int64_t segment, range_first, range_last;
   };
   std::map<std::pair<std::uint64_t, std::uint64_t>, Started> started;
   std::unordered_map<std::uint64_t, std::string> peers;
@@ -547,11 +550,32 @@ struct Attributor::Impl {
   // thread took.
   void on_started(const ObjectRead& read) {
     if (read.method != Method::kExact || read.topic.empty()) return;
-    const std::optional<Affinity> match = match_exact(read);
+    std::optional<Affinity> match = take_retried(read);
+    if (!match) match = match_exact(read);
     if (!match) return;
     if (started.size() >= options.max_pending) forget_started(started.begin());  // never completed
     ++match->fetch->started_reads;
-    started[{read.start_ns, read.connection}] = {match->fetch->arrival, match->part};
+    started[{read.start_ns, read.connection}] = {match->fetch->arrival, match->part,
+                                                 read.thread_id,        read.segment_base_offset,
+                                                 read.range_first,      read.range_last};
+  }
+
+  // A client retries a GET on a new connection when the kept-alive one turns out closed: the
+  // same thread asks for the same object range again, and the first attempt never completes
+  // (objstore counts them as one GET). The retry keeps the first attempt's fetch.
+  std::optional<Affinity> take_retried(const ObjectRead& read) {
+    for (auto it = started.begin(); it != started.end(); ++it) {
+      const Started& s = it->second;
+      if (s.thread_id != read.thread_id || s.segment != read.segment_base_offset ||
+          s.range_first != read.range_first || s.range_last != read.range_last ||
+          it->first.second == read.connection)
+        continue;
+      const std::size_t part = s.part;
+      const std::optional<FetchIt> fetch = forget_started(it);
+      if (!fetch || part >= (*fetch)->parts.size()) return std::nullopt;
+      return Affinity{*fetch, part};
+    }
+    return std::nullopt;
   }
 
   // The match made when `read` started, while its fetch is still open to it.

@@ -226,6 +226,29 @@ TEST_CASE("a failed GET gives back the fetch it was matched to at its start") {
   CHECK(sink.reads.back().client == "a");
 }
 
+TEST_CASE("a GET retried on a new connection keeps the fetch its first attempt was matched to") {
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  attributor.on_request(fetch(1, 1, "a", 100, {{"t", 3, 10}}));
+  attributor.on_request(fetch(2, 1, "b", 110, {{"t", 3, 10}}));
+  ObjectRead attempt = get(41, 120, 0, "t", 3, 0, 0);  // matched to "a"; its connection was stale
+  attempt.range_first = 0;
+  attempt.range_last = 99;
+  attributor.on_object_request(attempt);
+  ObjectRead retry = get(41, 130, 200, "t", 3, 0, 100);
+  retry.connection = 901;
+  retry.range_first = 0;
+  retry.range_last = 99;
+  attributor.on_object_request(retry);
+  const ObjectRead other = get(42, 140, 210, "t", 3, 0, 50);  // "a" is being read: "b"
+  attributor.on_object_request(other);
+  attributor.on_object_read(other);
+  attributor.on_object_read(retry);
+  REQUIRE(sink.reads.size() == 2);
+  CHECK(sink.reads[0].client == "b");
+  CHECK(sink.reads[1].client == "a");
+}
+
 TEST_CASE("a GET in a later segment than the fetch offset is not the fetch's") {
   RecordingSink sink;
   attribution::Attributor attributor(sink, nullptr);
