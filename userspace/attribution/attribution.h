@@ -18,7 +18,10 @@
 // those answers (each had one failed GET inside its fetch's window), then to fetches answered
 // without their remote data, before the ranking below. Among
 // several candidates: fetches no other thread is reading first, then oldest first (the remote
-// reader pool is a FIFO queue). A read is only ever matched to fetches the same broker process
+// reader pool is a FIFO queue). An exact GET is matched when its request is written
+// (on_object_request), in the order GETs start, and keeps that match when it completes unless
+// its fetch was answered meanwhile: matched as they complete, a fast GET took the fetch a slower
+// one started for first. A read is only ever matched to fetches the same broker process
 // received (when both processes are known: a restarted broker, or two brokers on one host with
 // the same topics, must not take each other's reads). A partition is remote-eligible when its fetch
 // offset is below the local log start (LocalTier) or when an exact GET proves it.
