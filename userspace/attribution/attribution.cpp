@@ -885,6 +885,7 @@ void Attributor::expire(std::uint64_t now_ns) {
   if (now_ns == ~0ull) {
     while (!impl.fetches.empty()) impl.finish(impl.fetches.begin());
     impl.due = {};
+    impl.started.clear();
     return;
   }
   // Finishes the fetches whose client closed more than closed_grace_ns ago, answered more than
@@ -903,6 +904,10 @@ void Attributor::expire(std::uint64_t now_ns) {
   std::sort(ripe.begin(), ripe.end(), [](FetchIt a, FetchIt b) { return a->arrival < b->arrival; });
   ripe.erase(std::unique(ripe.begin(), ripe.end()), ripe.end());
   for (FetchIt it : ripe) impl.finish(it);
+  // GETs matched at their start whose fetch finished before they completed (their completion
+  // lost, or never coming): nothing is left to keep them for, and retries look through these.
+  std::erase_if(impl.started,
+                [&](const auto& entry) { return !impl.by_arrival.contains(entry.second.arrival); });
 }
 
 const Counters& Attributor::counters() const {

@@ -316,6 +316,7 @@ struct Side {
 struct PendingRequest {
   std::string http_method;
   ObjectTarget target;
+  KeyFields key_fields;  // parsed once, when the request is read
   std::optional<ByteRange> range;
   std::uint64_t request_ns = 0;
   std::uint32_t thread_id = 0;
@@ -339,16 +340,6 @@ struct HttpConnection::Impl {
   bool in_response = false;
   ObjectGet current;
   BodyReader response_body;
-
-  void parse_key(ObjectGet& get) const {
-    if (layout != nullptr && !get.target.key.empty())
-      get.key_fields = layout->parse(get.target.key);
-  }
-
-  void emit(ObjectGet& get) {
-    parse_key(get);
-    on_get(get);
-  }
 
   void parse_requests() {
     Side& side = requests;
@@ -387,6 +378,8 @@ struct HttpConnection::Impl {
       PendingRequest request;
       request.http_method = std::string(method);
       request.target = parse_object_target(head.host, target, options.virtual_host_suffixes);
+      if (layout != nullptr && !request.target.key.empty())
+        request.key_fields = layout->parse(request.target.key);
       // Azure: x-ms-range wins over Range when both are present.
       request.range = parse_range(!head.ms_range.empty() ? head.ms_range : head.range);
       if (const PieceTime* piece = side.at(start)) {
@@ -444,11 +437,12 @@ struct HttpConnection::Impl {
     get.connection = connection;
     get.http_method = std::move(request.http_method);
     get.target = std::move(request.target);
+    get.key_fields = std::move(request.key_fields);
     get.range = request.range;
     get.request_ns = request.request_ns;
     get.thread_id = request.thread_id;
     get.response_end_ns = timestamp_ns;
-    emit(get);
+    on_get(get);
   }
 
   void finish_response(bool complete) {
@@ -458,7 +452,7 @@ struct HttpConnection::Impl {
     current.body_bytes = response_body.body_bytes;
     in_response = false;
     ++stats.responses;
-    emit(current);
+    on_get(current);
   }
 
   void parse_responses() {
@@ -505,6 +499,7 @@ struct HttpConnection::Impl {
         PendingRequest& request = pending.front();
         current.http_method = std::move(request.http_method);
         current.target = std::move(request.target);
+        current.key_fields = std::move(request.key_fields);
         current.range = request.range;
         current.request_ns = request.request_ns;
         current.thread_id = request.thread_id;
@@ -591,7 +586,7 @@ ObjectGet as_get(const PendingRequest& r) {
 void HttpConnection::Impl::announce(const PendingRequest& request) {
   ObjectGet get = as_get(request);
   get.connection = connection;
-  parse_key(get);
+  get.key_fields = request.key_fields;
   on_request(get);
 }
 
