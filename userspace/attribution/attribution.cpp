@@ -578,16 +578,31 @@ struct Attributor::Impl {
     return std::nullopt;
   }
 
-  // The match made when `read` started, while its fetch is still open to it.
+  // The match made when `read` started, while its fetch is still open to it, or crossed with it.
   std::optional<Affinity> take_started(const ObjectRead& read) {
     auto it = started.find({read.start_ns, read.connection});
     if (it == started.end()) return std::nullopt;
     const Started s = it->second;
     const std::optional<FetchIt> fetch = forget_started(it);
-    if (!fetch || s.part >= (*fetch)->parts.size() ||
-        !before_answer(**fetch, (*fetch)->parts[s.part], read, /*continues_task=*/true))
+    if (!fetch || s.part >= (*fetch)->parts.size()) return std::nullopt;
+    const PendingPartition& part = (*fetch)->parts[s.part];
+    if (!before_answer(**fetch, part, read, /*continues_task=*/true) &&
+        !crossed(**fetch, part, read))
       return std::nullopt;
     return Affinity{*fetch, s.part};
+  }
+
+  // The broker's request handlers may queue two fetches of a partition in the other order than
+  // they arrived: the GET that started first was matched to the older fetch but carried the
+  // newer one's data, and the newer one is answered with remote data while the GET matched to
+  // it is still running, with no GET counted for it. That GET is the older fetch's in truth, but
+  // the older fetch already has the one that crossed it: keeping the match gives each fetch one
+  // GET, as each client got one, where matching it again would give it to a fetch that has one
+  // (and start a chain of such errors among concurrent fetches of one offset).
+  static bool crossed(const PendingFetch& fetch, const PendingPartition& part,
+                      const ObjectRead& read) {
+    return read.succeeded() && part.remote_answer && !part.storage_error && part.reads == 0 &&
+           read.start_ns < fetch.answered_ns;
   }
 
   std::optional<FetchIt> forget_started(decltype(started)::iterator it) {

@@ -20,11 +20,13 @@
 // several candidates: fetches no other thread is reading first, then oldest first (the remote
 // reader pool is a FIFO queue). An exact GET is matched when its request is written
 // (on_object_request), in the order GETs start, and keeps that match when it completes unless
-// its fetch was answered meanwhile: matched as they complete, a fast GET took the fetch a slower
-// one started for first. A read is only ever matched to fetches the same broker process
-// received (when both processes are known: a restarted broker, or two brokers on one host with
-// the same topics, must not take each other's reads). A partition is remote-eligible when its fetch
-// offset is below the local log start (LocalTier) or when an exact GET proves it.
+// its fetch was answered meanwhile with the data of a GET already counted for it: matched as they
+// complete, a fast GET took the fetch a slower one started for first. (A fetch answered with remote
+// data and no GET counted was crossed with an older one whose handler queued it later: each keeps
+// one GET.) A read is only ever matched to fetches the same broker process received (when both
+// processes are known: a restarted broker, or two brokers on one host with the same topics, must
+// not take each other's reads). A partition is remote-eligible when its fetch offset is below the
+// local log start (LocalTier) or when an exact GET proves it.
 //
 // Estimated reads (opaque connections: no key, no status) are held until settled, then decided in
 // start order against the fetches whose window holds them (request arrived ≤ read start, read end ≤

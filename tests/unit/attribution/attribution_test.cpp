@@ -189,9 +189,11 @@ TEST_CASE("GETs are matched in the order they start, whatever order they complet
   CHECK(bytes["b"] == 20);
 }
 
-TEST_CASE("a GET matched at its start to a fetch answered before it completed is matched again") {
+TEST_CASE("a GET whose fetch was answered by the GET it crossed with keeps its match") {
   // The broker's request handlers may queue two fetches in the other order than they arrived:
-  // a's GET then carried b's data, and "a" was answered first, by the other GET.
+  // the first GET, matched to "a" at its start, carried b's data, and the second (matched to "b")
+  // a's, so "a" was answered while its own match was still running and with no GET counted.
+  // Each client got one GET's data: matching the first again would give "b" both.
   RecordingSink sink;
   attribution::Attributor attributor(sink, nullptr);
   auto a = fetch(1, 1, "a", 100, {{"t", 3, 10}});
@@ -204,10 +206,32 @@ TEST_CASE("a GET matched at its start to a fetch answered before it completed is
   attributor.on_object_request(second);
   attributor.on_object_read(second);
   attributor.on_exchange(respond(a, 210, 20));
-  attributor.on_object_read(first);  // "a" answered: not a's; "b" is still open to it
+  attributor.on_object_read(first);
   REQUIRE(sink.reads.size() == 2);
-  CHECK(sink.reads[1].client == "b");
+  CHECK(sink.reads[0].client == "b");
+  CHECK(sink.reads[1].client == "a");
   CHECK(attributor.counters().reads_unattributed == 0);
+}
+
+TEST_CASE("a GET whose fetch was answered with another GET counted for it is matched again") {
+  // "a" already had a GET counted when it was answered: the data it carried was that GET's, so
+  // the one still running when the answer went out is another fetch's ("b", still open to it).
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  auto a = fetch(1, 1, "a", 100, {{"t", 3, 10}});
+  auto b = fetch(2, 1, "b", 110, {{"t", 3, 10}});
+  attributor.on_request(a);
+  attributor.on_request(b);
+  const ObjectRead counted = get(43, 115, 118, "t", 3, 0, 5);  // "a"'s, complete
+  attributor.on_object_request(counted);
+  attributor.on_object_read(counted);
+  const ObjectRead late = get(43, 120, 300, "t", 3, 0, 10);  // its thread's task: "a"
+  attributor.on_object_request(late);
+  attributor.on_exchange(respond(a, 210, 20));
+  attributor.on_object_read(late);
+  REQUIRE(sink.reads.size() == 2);
+  CHECK(sink.reads[0].client == "a");
+  CHECK(sink.reads[1].client == "b");
 }
 
 TEST_CASE("a failed GET gives back the fetch it was matched to at its start") {
