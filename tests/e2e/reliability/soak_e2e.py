@@ -68,7 +68,9 @@ def main():
     ap.add_argument("--wakeup-kib", type=int, default=0,
                     help="unread KiB that wake the ring reader (0: fetchcostd's default)")
     ap.add_argument("--malloc-arena-max", type=int, default=0)
-    ap.add_argument("--max-misattributed", type=float, default=0.02,
+    # Six runs since session 41 gave every client-id its ledger count exactly; before, GETs
+    # crossed between concurrent fetches put 0.17-0.46% on the wrong one, above this bound.
+    ap.add_argument("--max-misattributed", type=float, default=0.001,
                     help="share of GETs that may go to another client-id than the ledger's")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
@@ -194,9 +196,9 @@ def main():
         # Per client: the GETs fetchcostd gave each client-id against the ledger's own (the
         # simulator knows which fetch each GET served). Fetches of one partition at one offset
         # from eight connections at once leave only timing to tell them apart, and the broker's
-        # handler threads may queue two of them in the other order than they arrived: a few
-        # GETs go to the wrong one of two concurrent fetches. The ledger lists at most 200,000
-        # GETs and the audit log rotates at 100 MB: runs over 2 minutes skip this check.
+        # handler threads may queue two of them in the other order than they arrived: each of
+        # two such fetches must still get one GET. The ledger lists at most 200,000 GETs and the
+        # audit log rotates at 100 MB: runs over 2 minutes skip this check.
         if per_client:
             detail = world.admin("/ledger?gets=1")["gets"]
             audit_files = sorted(f for f in os.listdir(workdir) if f.startswith("audit.jsonl"))
