@@ -587,22 +587,34 @@ struct Attributor::Impl {
     if (!fetch || s.part >= (*fetch)->parts.size()) return std::nullopt;
     const PendingPartition& part = (*fetch)->parts[s.part];
     if (!before_answer(**fetch, part, read, /*continues_task=*/true) &&
-        !crossed(**fetch, part, read))
+        !crossed(*fetch, part, read))
       return std::nullopt;
     return Affinity{*fetch, s.part};
   }
 
   // The broker's request handlers may queue two fetches of a partition in the other order than
   // they arrived: the GET that started first was matched to the older fetch but carried the
-  // newer one's data, and the newer one is answered with remote data while the GET matched to
-  // it is still running, with no GET counted for it. That GET is the older fetch's in truth, but
-  // the older fetch already has the one that crossed it: keeping the match gives each fetch one
-  // GET, as each client got one, where matching it again would give it to a fetch that has one
-  // (and start a chain of such errors among concurrent fetches of one offset).
-  static bool crossed(const PendingFetch& fetch, const PendingPartition& part,
-                      const ObjectRead& read) {
-    return read.succeeded() && part.remote_answer && !part.storage_error && part.reads == 0 &&
-           read.start_ns < fetch.answered_ns;
+  // newer one's data (or the other way round), so one of them is answered with remote data while
+  // the GET matched to it still runs and none was counted for it, and the other, still waiting
+  // for its data, has the GET that crossed it counted and none running. Keeping the match gives
+  // each fetch one GET, as each client got one; matching it again would give it to a fetch that
+  // has one, and start a chain of such errors among concurrent fetches of one offset. Without
+  // such a partner the answer came from elsewhere (a cache in the broker's storage plugin, say),
+  // and the GET is matched again.
+  bool crossed(FetchIt fetch, const PendingPartition& part, const ObjectRead& read) const {
+    if (!read.succeeded() || !part.remote_answer || part.storage_error || part.reads != 0 ||
+        read.start_ns >= fetch->answered_ns)
+      return false;
+    const Bucket* bucket = partition_bucket(read);
+    if (!bucket) return false;
+    for (FetchIt other : bucket->open) {
+      if (other == fetch || other->started_reads != 0 || !same_process(*other, read)) continue;
+      for (const auto& p : other->parts)
+        if (names_partition(p, read) && p.reads > 0 && !p.failure_taken &&
+            p.last_end_ns <= fetch->answered_ns)
+          return true;
+    }
+    return false;
   }
 
   std::optional<FetchIt> forget_started(decltype(started)::iterator it) {

@@ -213,6 +213,22 @@ TEST_CASE("a GET whose fetch was answered by the GET it crossed with keeps its m
   CHECK(attributor.counters().reads_unattributed == 0);
 }
 
+TEST_CASE("a GET whose fetch was answered with remote data no GET brought is matched again") {
+  // "a" was answered from a cache in the broker's storage plugin: no other fetch waits with a
+  // GET that crossed this one, so the GET matched to "a" at its start was b's.
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  auto a = fetch(1, 1, "a", 100, {{"t", 3, 10}});
+  attributor.on_request(a);
+  attributor.on_request(fetch(2, 1, "b", 110, {{"t", 3, 10}}));
+  const ObjectRead for_b = get(41, 120, 300, "t", 3, 0, 10);  // matched to "a" at its start
+  attributor.on_object_request(for_b);
+  attributor.on_exchange(respond(a, 210, 20));
+  attributor.on_object_read(for_b);
+  REQUIRE(sink.reads.size() == 1);
+  CHECK(sink.reads[0].client == "b");
+}
+
 TEST_CASE("a GET whose fetch was answered with another GET counted for it is matched again") {
   // "a" already had a GET counted when it was answered: the data it carried was that GET's, so
   // the one still running when the answer went out is another fetch's ("b", still open to it).
