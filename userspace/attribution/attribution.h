@@ -19,11 +19,11 @@
 // without their remote data, before the ranking below. Among
 // several candidates: fetches no other thread is reading first, then oldest first (the remote
 // reader pool is a FIFO queue). An exact GET is matched when its request is written
-// (on_object_request), in the order GETs start, and keeps that match when it completes unless
-// its fetch was answered meanwhile with the data of a GET already counted for it: matched as they
-// complete, a fast GET took the fetch a slower one started for first. (A fetch answered with remote
-// data and no GET counted was crossed with an older one whose handler queued it later: each keeps
-// one GET.) A read is only ever matched to fetches the same broker process received (when both
+// (on_object_request), in the order GETs start, and keeps that match when it completes while
+// its fetch is still open to it: matched as they complete, a fast GET took the fetch a slower one
+// started for first. A fetch answered with remote data meanwhile is open to it only if no GET was
+// counted for it and another fetch waits with a GET counted and none running: the handlers
+// queued the two in the other order than they arrived, and each keeps one GET. A read is only ever matched to fetches the same broker process received (when both
 // processes are known: a restarted broker, or two brokers on one host with the same topics, must
 // not take each other's reads). A partition is remote-eligible when its fetch offset is below the
 // local log start (LocalTier) or when an exact GET proves it.
