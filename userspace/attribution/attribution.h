@@ -23,10 +23,11 @@
 // its fetch is still open to it: matched as they complete, a fast GET took the fetch a slower one
 // started for first. A fetch answered with remote data meanwhile is open to it only if no GET was
 // counted for it and another fetch waits with a GET counted and none running: the handlers
-// queued the two in the other order than they arrived, and each keeps one GET. A read is only ever matched to fetches the same broker process received (when both
-// processes are known: a restarted broker, or two brokers on one host with the same topics, must
-// not take each other's reads). A partition is remote-eligible when its fetch offset is below the
-// local log start (LocalTier) or when an exact GET proves it.
+// queued the two in the other order than they arrived, and each keeps one GET. A read is only ever
+// matched to fetches the same broker process received (when both processes are known: a restarted
+// broker, or two brokers on one host with the same topics, must not take each other's reads). A
+// partition is remote-eligible when its fetch offset is below the local log start (LocalTier) or
+// when an exact GET proves it.
 //
 // Estimated reads (opaque connections: no key, no status) are held until settled, then decided in
 // start order against the fetches whose window holds them (request arrived ≤ read start, read end ≤
