@@ -89,6 +89,18 @@ kafka::Exchange respond(kafka::Exchange x, std::uint64_t t, std::int64_t records
   return x;
 }
 
+// Two fetches of partition t/3 at one offset, "a" then "b", both received: only time tells
+// their GETs apart.
+struct TwoFetches {
+  kafka::Exchange a, b;
+};
+TwoFetches receive_two_fetches(attribution::Attributor& attributor) {
+  TwoFetches f{fetch(1, 1, "a", 100, {{"t", 3, 10}}), fetch(2, 1, "b", 110, {{"t", 3, 10}})};
+  attributor.on_request(f.a);
+  attributor.on_request(f.b);
+  return f;
+}
+
 ObjectRead get(std::uint32_t tid, std::uint64_t start, std::uint64_t end, std::string_view topic,
                std::int32_t partition, std::int64_t base, std::uint64_t bytes, int status = 206) {
   ObjectRead r = fc::testing::object_read(900, tid, start, end, status, bytes);
@@ -196,10 +208,7 @@ TEST_CASE("a GET whose fetch was answered by the GET it crossed with keeps its m
   // Each client got one GET's data: matching the first again would give "b" both.
   RecordingSink sink;
   attribution::Attributor attributor(sink, nullptr);
-  auto a = fetch(1, 1, "a", 100, {{"t", 3, 10}});
-  auto b = fetch(2, 1, "b", 110, {{"t", 3, 10}});
-  attributor.on_request(a);
-  attributor.on_request(b);
+  const auto [a, b] = receive_two_fetches(attributor);
   const ObjectRead first = get(41, 120, 300, "t", 3, 0, 10);   // matched to "a" at its start
   const ObjectRead second = get(42, 130, 200, "t", 3, 0, 20);  // matched to "b" at its start
   attributor.on_object_request(first);
@@ -218,9 +227,7 @@ TEST_CASE("a GET whose fetch was answered with remote data no GET brought is mat
   // GET that crossed this one, so the GET matched to "a" at its start was b's.
   RecordingSink sink;
   attribution::Attributor attributor(sink, nullptr);
-  auto a = fetch(1, 1, "a", 100, {{"t", 3, 10}});
-  attributor.on_request(a);
-  attributor.on_request(fetch(2, 1, "b", 110, {{"t", 3, 10}}));
+  const auto a = receive_two_fetches(attributor).a;
   const ObjectRead for_b = get(41, 120, 300, "t", 3, 0, 10);  // matched to "a" at its start
   attributor.on_object_request(for_b);
   attributor.on_exchange(respond(a, 210, 20));
@@ -234,10 +241,7 @@ TEST_CASE("a GET whose fetch was answered with another GET counted for it is mat
   // the one still running when the answer went out is another fetch's ("b", still open to it).
   RecordingSink sink;
   attribution::Attributor attributor(sink, nullptr);
-  auto a = fetch(1, 1, "a", 100, {{"t", 3, 10}});
-  auto b = fetch(2, 1, "b", 110, {{"t", 3, 10}});
-  attributor.on_request(a);
-  attributor.on_request(b);
+  const auto [a, b] = receive_two_fetches(attributor);
   const ObjectRead counted = get(43, 115, 118, "t", 3, 0, 5);  // "a"'s, complete
   attributor.on_object_request(counted);
   attributor.on_object_read(counted);
@@ -253,8 +257,7 @@ TEST_CASE("a GET whose fetch was answered with another GET counted for it is mat
 TEST_CASE("a failed GET gives back the fetch it was matched to at its start") {
   RecordingSink sink;
   attribution::Attributor attributor(sink, nullptr);
-  attributor.on_request(fetch(1, 1, "a", 100, {{"t", 3, 10}}));
-  attributor.on_request(fetch(2, 1, "b", 110, {{"t", 3, 10}}));
+  receive_two_fetches(attributor);
   const ObjectRead failed = get(41, 120, 130, "t", 3, 0, 0, 503);
   attributor.on_object_request(failed);
   attributor.on_object_read(failed);
@@ -269,8 +272,7 @@ TEST_CASE("a failed GET gives back the fetch it was matched to at its start") {
 TEST_CASE("a GET retried on a new connection keeps the fetch its first attempt was matched to") {
   RecordingSink sink;
   attribution::Attributor attributor(sink, nullptr);
-  attributor.on_request(fetch(1, 1, "a", 100, {{"t", 3, 10}}));
-  attributor.on_request(fetch(2, 1, "b", 110, {{"t", 3, 10}}));
+  receive_two_fetches(attributor);
   ObjectRead attempt = get(41, 120, 0, "t", 3, 0, 0);  // matched to "a"; its connection was stale
   attempt.range_first = 0;
   attempt.range_last = 99;
