@@ -322,6 +322,16 @@ struct PendingRequest {
   std::uint32_t thread_id = 0;
 };
 
+// The GET's fields that come from its request (moved out: the request leaves `pending`).
+void take_request(ObjectGet& get, PendingRequest&& request) {
+  get.http_method = std::move(request.http_method);
+  get.target = std::move(request.target);
+  get.key_fields = std::move(request.key_fields);
+  get.range = request.range;
+  get.request_ns = request.request_ns;
+  get.thread_id = request.thread_id;
+}
+
 }  // namespace
 
 struct HttpConnection::Impl {
@@ -435,12 +445,7 @@ struct HttpConnection::Impl {
   void emit_unanswered(PendingRequest& request, std::uint64_t timestamp_ns) {
     ObjectGet get;
     get.connection = connection;
-    get.http_method = std::move(request.http_method);
-    get.target = std::move(request.target);
-    get.key_fields = std::move(request.key_fields);
-    get.range = request.range;
-    get.request_ns = request.request_ns;
-    get.thread_id = request.thread_id;
+    take_request(get, std::move(request));
     get.response_end_ns = timestamp_ns;
     on_get(get);
   }
@@ -496,13 +501,7 @@ struct HttpConnection::Impl {
       current.response_end_ns = side.time_at(start + head.size - 1);
       const bool paired = pair_by_content_range(head.content_range);
       if (paired && !pending.empty()) {
-        PendingRequest& request = pending.front();
-        current.http_method = std::move(request.http_method);
-        current.target = std::move(request.target);
-        current.key_fields = std::move(request.key_fields);
-        current.range = request.range;
-        current.request_ns = request.request_ns;
-        current.thread_id = request.thread_id;
+        take_request(current, std::move(pending.front()));
         pending.pop_front();
       } else {
         ++stats.orphan_responses;
@@ -573,11 +572,7 @@ namespace {
 
 ObjectGet as_get(const PendingRequest& r) {
   ObjectGet request;
-  request.thread_id = r.thread_id;
-  request.http_method = r.http_method;
-  request.target = r.target;
-  request.range = r.range;
-  request.request_ns = r.request_ns;
+  take_request(request, PendingRequest(r));
   return request;
 }
 
@@ -586,7 +581,6 @@ ObjectGet as_get(const PendingRequest& r) {
 void HttpConnection::Impl::announce(const PendingRequest& request) {
   ObjectGet get = as_get(request);
   get.connection = connection;
-  get.key_fields = request.key_fields;
   on_request(get);
 }
 
