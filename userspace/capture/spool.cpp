@@ -44,12 +44,15 @@ void Spool::push(const void* data, std::size_t size) {
     filling_ = fresh_chunk();
   }
   ++pushed_;
-  const std::size_t at = filling_.size();
-  filling_.resize(at + need);  // a record larger than a chunk gets a larger chunk
+  // Appended, not resized and then overwritten: resize() would zero every byte first (5% of
+  // fetchcostd's samples on remote fetches). A record larger than a chunk gets a larger chunk.
+  std::uint8_t header[kHeader] = {};
   const auto size32 = static_cast<std::uint32_t>(size);
-  std::memcpy(filling_.data() + at, &size32, sizeof size32);
-  std::memset(filling_.data() + at + sizeof size32, 0, kHeader - sizeof size32);
-  std::memcpy(filling_.data() + at + kHeader, data, size);
+  std::memcpy(header, &size32, sizeof size32);
+  const auto* bytes = static_cast<const std::uint8_t*>(data);
+  filling_.insert(filling_.end(), header, header + kHeader);
+  filling_.insert(filling_.end(), bytes, bytes + size);
+  filling_.insert(filling_.end(), padded(size) - size, std::uint8_t{0});
 }
 
 void Spool::publish() {
