@@ -44,8 +44,8 @@ void Spool::push(const void* data, std::size_t size) {
     filling_ = fresh_chunk();
   }
   ++pushed_;
-  // Appended, not resized and then overwritten: resize() would zero every byte first (5% of
-  // fetchcostd's samples on remote fetches). A record larger than a chunk gets a larger chunk.
+  // Appended, not resized and then overwritten: resize() would zero every byte first. A record
+  // larger than a chunk gets a larger chunk.
   std::uint8_t header[kHeader] = {};
   const auto size32 = static_cast<std::uint32_t>(size);
   std::memcpy(header, &size32, sizeof size32);
