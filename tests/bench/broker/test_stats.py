@@ -107,6 +107,27 @@ lo, hi = bench.median_interval(neutral)
 check(len(neutral) == 8 and lo <= 1.08 <= hi and hi - lo < 0.1,
       f"bpf-together: 16 simulated rounds give 1.08 within {lo:.3f}..{hi:.3f}")
 
+# --hooks-interleave: slices A H H A, each (hooks on, broker CPU ns, fetches). A costs 50 ns per
+# fetch and H 52 in the first pair; in the second the host is 10% slower for both (55, 57.2).
+# Each pair's H/A is 1.04 whichever comes first; a slice with no fetches leaves its pair out.
+slices = [(False, 50_000, 1000), (True, 52_000, 1000), (True, 57_200, 1000), (False, 55_000, 1000),
+          (False, 50_000, 0), (True, 52_000, 1000)]
+ratios = bench.interleaved_ratios(slices)
+check(len(ratios) == 2 and all(abs(r - 1.04) < 1e-12 for r in ratios),
+      f"interleaved slices: H/A 1.04 from (A H) and from (H A), the empty pair left out: {ratios}")
+check(abs(bench.pooled_per_fetch(slices, True) - (52 + 57.2 + 52) / 3 / 1e3) < 1e-12,
+      "interleaved slices: pooled CPU per fetch with the hooks on")
+
+# --twin: broker 1 costs 1.2 times broker 0 on its own (a = 1.2), fetchcostd adds 3% to the one
+# it watches, broker 0 in round 0 and broker 1 in round 1; broker 0's base is 10 µs per fetch.
+unwatched = [12.0, 10.0]  # round 0: broker 1 unwatched; round 1: broker 0
+watched = [10.3, 12.36]   # round 0: broker 0 watched;   round 1: broker 1
+ratios, diffs = bench.twin_pairs(unwatched, watched)
+check(len(ratios) == 1 and abs(ratios[0] - 1.03) < 1e-12,
+      f"twin rounds: the brokers' own difference cancels, 1.03 left: {ratios}")
+check(len(diffs) == 1 and abs(diffs[0] - 0.33) < 1e-12,
+      f"twin rounds: the added µs, 3% of the brokers' mean 11 µs: {diffs}")
+
 if failures:
     print(f"{len(failures)} check(s) failed")
     sys.exit(1)

@@ -18,6 +18,10 @@
 //                                         connections' byte counts in socket-local storage: the
 //                                         least an observer that follows connections does
 //                                         (bench_broker --hooks-state)
+//   bench_dispatch_cost --hold --toggle   the do-nothing programs loaded but detached; each
+//                                         line "on" or "off" on stdin attaches or detaches them
+//                                         and is answered with the same word once done; exits at
+//                                         end of input (bench_broker --hooks-interleave)
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <pthread.h>
@@ -113,6 +117,58 @@ dispatch_cost* load_socket_programs(__u32 tgid, bool with_state = false) {
   return skel;
 }
 
+// Attaches socket_programs(with_state) into `links`; on a refusal says which, and leaves none.
+bool attach_socket_programs(const dispatch_cost* skel, bool with_state,
+                            std::vector<bpf_link*>& links) {
+  for (bpf_program* prog : socket_programs(skel, with_state)) {
+    bpf_link* link = bpf_program__attach(prog);
+    if (!link) {
+      std::fprintf(stderr, "bench_dispatch_cost: cannot attach %s: %s\n", bpf_program__name(prog),
+                   std::strerror(errno));
+      for (bpf_link* l : links) bpf_link__destroy(l);
+      links.clear();
+      return false;
+    }
+    links.push_back(link);
+  }
+  return true;
+}
+
+// --hold --toggle: the same programs, attached and detached on command, so that a caller can
+// alternate the hooks within one round many times a second, faster than the host drifts.
+int toggle() {
+  dispatch_cost* skel = load_socket_programs(0, false);
+  if (!skel) return 1;
+  std::vector<bpf_link*> links;
+  auto detach = [&] {
+    for (bpf_link* l : links) bpf_link__destroy(l);
+    links.clear();
+  };
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char line[16];
+  while (std::fgets(line, sizeof line, stdin)) {
+    const std::string command(line, strcspn(line, "\n"));
+    if (command == "on" && links.empty()) {
+      if (!attach_socket_programs(skel, false, links)) {
+        dispatch_cost__destroy(skel);
+        return 1;
+      }
+    } else if (command == "off") {
+      detach();
+    } else if (command != "on") {
+      std::fprintf(stderr, "bench_dispatch_cost: --toggle reads \"on\" or \"off\", not \"%s\"\n",
+                   command.c_str());
+      continue;
+    }
+    std::printf("%s\n", command.c_str());
+    std::fflush(stdout);
+  }
+  detach();
+  dispatch_cost__destroy(skel);
+  return 0;
+}
+
 // --hold: every socket call on the machine runs a program that does nothing, on each hook
 // fetchcostd's sock variant attaches to, until SIGTERM or SIGINT. Prints "attached" once the
 // three links are up. The programs compare the caller's tgid with 0 (no process's), as any
@@ -128,16 +184,9 @@ int hold(__u32 state_tgid) {
   dispatch_cost* skel = load_socket_programs(state_tgid, state_tgid != 0);
   if (!skel) return 1;
   std::vector<bpf_link*> links;
-  for (bpf_program* prog : socket_programs(skel, state_tgid != 0)) {
-    bpf_link* link = bpf_program__attach(prog);
-    if (!link) {
-      std::fprintf(stderr, "bench_dispatch_cost: cannot attach %s: %s\n", bpf_program__name(prog),
-                   std::strerror(errno));
-      for (bpf_link* l : links) bpf_link__destroy(l);
-      dispatch_cost__destroy(skel);
-      return 1;
-    }
-    links.push_back(link);
+  if (!attach_socket_programs(skel, state_tgid != 0, links)) {
+    dispatch_cost__destroy(skel);
+    return 1;
   }
   std::printf("attached\n");
   std::fflush(stdout);
@@ -164,10 +213,11 @@ int main(int argc, char** argv) {
   }
   libbpf_set_print([](libbpf_print_level, const char*, va_list) { return 0; });
   if (holding) {
+    if (argc == 3 && std::strcmp(argv[2], "--toggle") == 0) return toggle();
     const bool with_state = argc == 4 && std::strcmp(argv[2], "--state") == 0;
     const long state_tgid = with_state ? std::atol(argv[3]) : 0;
     if ((argc != 2 && !with_state) || (with_state && state_tgid <= 0)) {
-      std::fprintf(stderr, "usage: bench_dispatch_cost --hold [--state PID]\n");
+      std::fprintf(stderr, "usage: bench_dispatch_cost --hold [--state PID | --toggle]\n");
       return 2;
     }
     return hold(static_cast<__u32>(state_tgid));
