@@ -107,16 +107,22 @@ lo, hi = bench.median_interval(neutral)
 check(len(neutral) == 8 and lo <= 1.08 <= hi and hi - lo < 0.1,
       f"bpf-together: 16 simulated rounds give 1.08 within {lo:.3f}..{hi:.3f}")
 
-# --hooks-interleave: slices A H H A, each (hooks on, broker CPU ns, fetches). A costs 50 ns per
-# fetch and H 52 in the first pair; in the second the host is 10% slower for both (55, 57.2).
-# Each pair's H/A is 1.04 whichever comes first; a slice with no fetches leaves its pair out.
-slices = [(False, 50_000, 1000), (True, 52_000, 1000), (True, 57_200, 1000), (False, 55_000, 1000),
-          (False, 50_000, 0), (True, 52_000, 1000)]
+# --hooks-interleave: slices A H H A, each (hooks on, broker CPU ns, fetches, seconds). In the
+# first pair A spends 50,000 ns on 1,000 fetches and H 52,000 on 980 (4% more CPU, 2% fewer
+# fetches in the same time); in the second the host is 10% slower for both (55,000 and 57,200).
+# Each pair's H/A is the same whichever comes first; a slice with no fetches leaves its pair out.
+S = bench.Slice
+slices = [S(False, 50_000, 1000, 0.25), S(True, 52_000, 980, 0.25), S(True, 57_200, 980, 0.25),
+          S(False, 55_000, 1000, 0.25), S(False, 50_000, 0, 0.25), S(True, 52_000, 1000, 0.25)]
 ratios = bench.interleaved_ratios(slices)
-check(len(ratios) == 2 and all(abs(r - 1.04) < 1e-12 for r in ratios),
-      f"interleaved slices: H/A 1.04 from (A H) and from (H A), the empty pair left out: {ratios}")
-check(abs(bench.pooled_per_fetch(slices, True) - (52 + 57.2 + 52) / 3 / 1e3) < 1e-12,
-      "interleaved slices: pooled CPU per fetch with the hooks on")
+check(len(ratios) == 2 and all(abs(r - 1.04 * 1000 / 980) < 1e-12 for r in ratios),
+      f"interleaved slices: H/A from (A H) and from (H A), the empty pair left out: {ratios}")
+rates = bench.interleaved_ratios(slices, bench.fetch_rate)
+check(len(rates) == 2 and all(abs(r - 0.98) < 1e-12 for r in rates),
+      f"interleaved slices: fetches/s H/A 0.98 in both pairs: {rates}")
+h = bench.pooled(slices, True)
+check(h == S(True, 161_200, 2960, 0.75) and abs(bench.cpu_per_fetch(h) - 161.2 / 2960) < 1e-12,
+      "interleaved slices: the slices with the hooks on pooled")
 
 # --twin: broker 1 costs 1.2 times broker 0 on its own (a = 1.2), fetchcostd adds 3% to the one
 # it watches, broker 0 in round 0 and broker 1 in round 1; broker 0's base is 10 µs per fetch.
