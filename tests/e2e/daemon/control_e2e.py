@@ -204,7 +204,11 @@ def main():
     try:
         check(wait_until(lambda: programs_of(proc.pid) >= 2), "probes attached at start")
         held = prog_ids_of(proc.pid)
-        check(wait_until(lambda: metric(base, "fetchcost_attribution_enabled") == 1), "API up, attribution on")
+        # The capture's status (the rings, their counters) is in once it counts the probes: the
+        # programs are loaded a moment before it is published.
+        check(wait_until(lambda: metric_or_none(base, "fetchcost_attribution_enabled") == 1
+                         and (metric_or_none(base, "fetchcost_probes_attached") or 0) > 0),
+              "API up, attribution on, the capture's status in")
         status = json.loads(http(base + "/api/v1/status"))
         check(version == "fetchcostd " + status.get("version", "?"),
               f"--version and the status API agree ({status.get('version')!r})")
