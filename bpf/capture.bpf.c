@@ -158,7 +158,11 @@ struct conn_state {
   __u64 skip_from;
   __u64 skipped[2];
   __u32 recv_seq;
-  __u32 pad3;
+  /* Quiet fetches: this connection's held requests a store send reported, in a row, and the
+   * requests left to record at once instead of holding (count_report). */
+  __u8 reports_in_a_row;
+  __u8 holds_paused;
+  __u16 pad3;
 };
 /* The value starts 8 bytes into its line: what fold_continuation touches, before conn_id, fits. */
 _Static_assert(__builtin_offsetof(struct conn_state, conn_id) <= 56,
@@ -1221,6 +1225,23 @@ static __always_inline void report_held_requests(void) {
     if (held_bits[w * FC_HELD_STRIDE]) report_held_word(w);
 }
 
+/* A connection whose held requests keep being reported by store sends is a consumer reading
+ * from the remote tier: its fetches are not quiet, and holding each only to report it costs a
+ * remote fetch about an eighth of the programs' time (docs/performance.md, "Session 44"). After
+ * FC_PAUSE_AFTER_REPORTS reports in a row, its next FC_PAUSED_REQUESTS requests are recorded
+ * as they arrive. A local consumer's request is reported only when another connection's GET
+ * happens to leave while it is held: many in a row are rare, so a busy mixed broker still
+ * leaves its quiet fetches out. A request left out starts the count again (the counts are in
+ * fetchcost_abi.h). */
+static __always_inline void count_report(struct conn_state* st, int reported) {
+  if (!reported) {
+    st->reports_in_a_row = 0;
+  } else if (++st->reports_in_a_row >= FC_PAUSE_AFTER_REPORTS) {
+    st->reports_in_a_row = 0;
+    st->holds_paused = FC_PAUSED_REQUESTS;
+  }
+}
+
 static __always_inline struct request_slot* request_slot_of(struct conn_state* st) {
   __u32 i = st->req_slot;
   struct request_slot* s = bpf_map_lookup_elem(&request_slots, &i);
@@ -1237,6 +1258,7 @@ static __always_inline int end_hold(struct conn_state* st, int report) {
   if (!s) return 0;
   unlist_request_slot(st->req_slot);
   __u64 was = __sync_lock_test_and_set(&s->state, SLOT_LEFT);
+  count_report(st, was == SLOT_TAKEN || was == SLOT_EMITTED);
   if (was == SLOT_TAKEN) return 0; /* a store send is reporting it, and frees the slot after */
   if (was == SLOT_HELD || was == SLOT_OWNED) {
     if (!report) {
@@ -1281,6 +1303,10 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
         st->gathering || (ret != 4 && (ret < 26 || ret > FC_HELD_BYTES)) ||
         (st->skipped[FC_DIR_RECV] | st->skipped[FC_DIR_SEND]) >= (1U << 30))
       return 0;
+    if (st->holds_paused) {
+      if (ret != 4) st->holds_paused--; /* a size prefix read alone: its request counts once */
+      return 0;
+    }
     __u32 i = 0;
     s = (struct request_slot*)claim_in(&request_slots, FC_REQUEST_SLOTS - 1, st->conn_id, &i);
     if (!s) return 0;

@@ -51,7 +51,10 @@
  *        response are left out, and the next record in each direction says how many bytes of
  *        whole messages were left out right before it (skipped_before). Anything else on the
  *        connection (another receive, a response to another request, the close) hands on the
- *        held request's record first.
+ *        held request's record first. A connection whose held requests are reported by store
+ *        sends FC_PAUSE_AFTER_REPORTS times in a row (a consumer reading from the remote tier)
+ *        has its next FC_PAUSED_REQUESTS requests recorded as they arrive, as with
+ *        cfg_skip_quiet_fetches off; a request left out starts the count again.
  *   FC_EVENT_CONNECT / FC_EVENT_CLOSE  struct fc_conn_event (no payload).
  * Both start with struct fc_event_common; dispatch on common.kind. */
 #ifndef FETCHCOST_ABI_H
@@ -87,6 +90,10 @@ typedef __s32 fc_s32;
 /* Synthetic connection ids (syscall-tracepoint variant) have this bit set; socket cookies
  * (sock-tracepoint variant) never reach it. */
 #define FC_CONN_ID_SYNTHETIC (1ULL << 63)
+/* Quiet fetches: after this many of a connection's held requests in a row are reported by
+ * store sends, its next FC_PAUSED_REQUESTS requests are recorded as they arrive, not held. */
+#define FC_PAUSE_AFTER_REPORTS 8
+#define FC_PAUSED_REQUESTS 128
 
 enum fc_event_kind {
   FC_EVENT_DATA = 1,     /* bytes moved on a socket (segments + payload follow) */

@@ -123,7 +123,8 @@ struct Exchange {
   Response answer;
 };
 
-bool run_exchange(const Pair& kafka, const Pair& store, const Exchange& e) {
+// The client writes the exchange's request and the broker side reads it.
+bool take_request(const Pair& kafka, const Exchange& e) {
   const std::size_t n = e.request.size();
   if (write(kafka.client, e.request.data(), n) != ssize_t(n) || !wait_inq(kafka.server, n))
     return false;
@@ -135,19 +136,27 @@ bool run_exchange(const Pair& kafka, const Pair& store, const Exchange& e) {
   } else if (read(kafka.server, got.data(), n) != ssize_t(n)) {
     return false;
   }
-  if (got != e.request) return false;
-  if (e.store_send) {
-    const std::string get = "GET /orders/0 HTTP/1.1\r\n\r\n";
-    std::string sink(get.size(), '\0');
-    if (write(store.client, get.data(), get.size()) != ssize_t(get.size()) ||
-        !wait_inq(store.server, get.size()) ||
-        read(store.server, sink.data(), sink.size()) != ssize_t(sink.size()))
-      return false;
-  }
+  return got == e.request;
+}
+
+bool send_get(const Pair& store) {
+  const std::string get = "GET /orders/0 HTTP/1.1\r\n\r\n";
+  std::string sink(get.size(), '\0');
+  return write(store.client, get.data(), get.size()) == ssize_t(get.size()) &&
+         wait_inq(store.server, get.size()) &&
+         read(store.server, sink.data(), sink.size()) == ssize_t(sink.size());
+}
+
+// The broker side answers and the client reads the answer.
+bool give_answer(const Pair& kafka, const Exchange& e) {
   if (!send_response(kafka.server, e.answer)) return false;
   const std::size_t total = e.answer.head.size() + e.answer.file.size();
   std::string sink(total, '\0');
   return wait_inq(kafka.client, total) && read(kafka.client, sink.data(), total) == ssize_t(total);
+}
+
+bool run_exchange(const Pair& kafka, const Pair& store, const Exchange& e) {
+  return take_request(kafka, e) && (!e.store_send || send_get(store)) && give_answer(kafka, e);
 }
 
 // Each answer carries its request's correlation id, as Kafka's do.
@@ -262,6 +271,85 @@ Ports run_scenario(Collector& col, Child& target) {
   ports.client = static_cast<std::uint16_t>(target.receive());
   ports.store = static_cast<std::uint16_t>(target.receive());
   return ports;
+}
+
+// A consumer reading from the remote tier beside a local one, on two connections to the same
+// Kafka port. The remote consumer's first FC_PAUSE_AFTER_REPORTS fetches each cause a GET; its
+// next FC_PAUSED_REQUESTS are quiet and read split (a size prefix, then the rest), then one more
+// quiet fetch read whole and one with a GET. The local consumer's first
+// FC_PAUSE_AFTER_REPORTS - 1 fetches are held while the remote consumer's GETs leave, then it
+// makes one quiet fetch and one with a GET of its own.
+std::vector<Exchange> remote_consumer() {
+  std::vector<Exchange> list;
+  std::int32_t correlation = 100;
+  for (int i = 0; i < FC_PAUSE_AFTER_REPORTS; ++i, ++correlation)
+    list.push_back({fetch_request(11, correlation, 0, -1), false, true,
+                    response(30, 200, unsigned(correlation))});
+  for (int i = 0; i < FC_PAUSED_REQUESTS; ++i, ++correlation)
+    list.push_back({fetch_request(11, correlation, 0, -1), true, false,
+                    response(30, 100, unsigned(correlation))});
+  list.push_back(
+      {fetch_request(11, correlation, 0, -1), false, false, response(26, 300, 7)});  // quiet
+  ++correlation;
+  list.push_back({fetch_request(11, correlation, 0, -1), false, true, response(30, 200, 8)});
+  return answered(list);
+}
+
+std::vector<Exchange> local_consumer() {
+  std::vector<Exchange> list;
+  std::int32_t correlation = 1000;
+  for (int i = 0; i + 1 < FC_PAUSE_AFTER_REPORTS; ++i, ++correlation)
+    list.push_back({fetch_request(4, correlation, 0, -1), false, false,
+                    response(30, 100, unsigned(correlation))});
+  list.push_back(
+      {fetch_request(4, correlation, 0, -1), false, false, response(22, 500, 9)});  // quiet
+  ++correlation;
+  list.push_back({fetch_request(4, correlation, 0, -1), false, true, response(30, 200, 11)});
+  return answered(list);
+}
+
+// A second client connection to `kafka`'s listener.
+bool open_second(const Pair& kafka, Pair& second) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(kafka.listen_port);
+  second.listen_port = kafka.listen_port;
+  second.client = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(second.client, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return false;
+  second.server = accept(kafka.listener, nullptr, nullptr);
+  socklen_t len = sizeof(a);
+  getsockname(second.client, reinterpret_cast<sockaddr*>(&a), &len);
+  second.client_port = ntohs(a.sin_port);
+  int one = 1;
+  setsockopt(second.client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(second.server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return second.server >= 0;
+}
+
+int mixed_scenario(Child& self) {
+  Pair remote, local, store;
+  if (!open_pair(remote) || !open_second(remote, local) || !open_pair(store)) return 10;
+  self.report(remote.listen_port);
+  self.wait_parent();
+  const auto r = remote_consumer();
+  const auto l = local_consumer();
+  // The local consumer's first fetches are in the broker while the remote one's GETs leave.
+  for (std::size_t i = 0; i + 1 < FC_PAUSE_AFTER_REPORTS; ++i)
+    if (!take_request(local, l[i]) || !run_exchange(remote, store, r[i]) ||
+        !give_answer(local, l[i]))
+      return 11;
+  for (std::size_t i = FC_PAUSE_AFTER_REPORTS - 1; i < l.size(); ++i)
+    if (!run_exchange(local, store, l[i])) return 12;
+  for (std::size_t i = FC_PAUSE_AFTER_REPORTS - 1; i < r.size(); ++i)
+    if (!run_exchange(remote, store, r[i])) return 13;
+  self.report(remote.client_port);
+  self.report(local.client_port);
+  self.report(store.client_port);
+  self.wait_parent();
+  self.report(0);
+  self.wait_parent();
+  return 0;
 }
 
 }  // namespace
@@ -386,6 +474,64 @@ TEST_CASE("without skip_quiet_fetches every fetch has its records") {
   const auto skipped = check_tiles(direction_of(col, conn, FC_DIR_RECV), requests);
   CHECK(skipped.empty());
   CHECK(col.capture->totals().quiet_fetches == 0);
+}
+
+TEST_CASE("a consumer whose fetches keep causing GETs is not held for a while; one beside it is") {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE(fc::capture::check_environment().ok());
+  Collector col({.ring_bytes_per_cpu = 1 << 20,
+                 .default_policy = {4096, 4096},
+                 .variant = Variant::kSockTracepoints,
+                 .skip_quiet_fetches = true});
+  Child target(mixed_scenario);
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  const auto listen_port = static_cast<std::uint16_t>(target.receive());
+  REQUIRE(
+      col.capture->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
+  target.nod();
+  const auto remote_port = static_cast<std::uint16_t>(target.receive());
+  const auto local_port = static_cast<std::uint16_t>(target.receive());
+  target.receive();  // the store's
+  col.drain(5);
+  target.nod();
+  CHECK(target.receive() == 0);
+  target.nod();
+  CHECK(target.wait() == 0);
+
+  struct Consumer {
+    std::uint16_t port;
+    std::vector<Exchange> exchanges;
+    std::size_t quiet;  // the index of the one fetch to be left out
+  };
+  const Consumer consumers[] = {
+      {remote_port, remote_consumer(), FC_PAUSE_AFTER_REPORTS + FC_PAUSED_REQUESTS},
+      {local_port, local_consumer(), FC_PAUSE_AFTER_REPORTS - 1}};
+  for (const auto& c : consumers) {
+    INFO("consumer on port " << c.port);
+    const fc_u64 conn = conn_by_ports(col, target.pid(), listen_port, c.port);
+    REQUIRE(conn != 0);
+    std::string requests, responses;
+    for (const auto& e : c.exchanges) {
+      requests += e.request;
+      responses += e.answer.head + e.answer.file;
+    }
+    // Every byte recorded but the one quiet fetch's, whose bytes the next record reports.
+    const auto in = direction_of(col, conn, FC_DIR_RECV);
+    const auto skipped_in = check_tiles(in, requests);
+    const auto skipped_out = check_tiles(direction_of(col, conn, FC_DIR_SEND), responses);
+    const Exchange& quiet = c.exchanges[c.quiet];
+    REQUIRE(skipped_in.size() == 1);
+    REQUIRE(skipped_out.size() == 1);
+    CHECK(skipped_in[0].data.length == quiet.request.size());
+    CHECK(skipped_out[0].data.length == quiet.answer.head.size() + quiet.answer.file.size());
+    // The requests read split while holds were paused were recorded as they came: the size
+    // prefix in a record of its own, which a held request never has.
+    std::size_t prefixes = 0;
+    for (const auto& rec : in) prefixes += !rec.skipped && rec.data.length == 4;
+    CHECK(prefixes == (c.port == remote_port ? std::size_t(FC_PAUSED_REQUESTS) : 0));
+  }
+  CHECK(col.capture->totals().quiet_fetches == 2);
 }
 
 }  // namespace fc::capture_test
