@@ -1231,8 +1231,12 @@ static __always_inline void report_held_requests(void) {
  * FC_PAUSE_AFTER_REPORTS reports in a row, its next FC_PAUSED_REQUESTS requests are recorded
  * as they arrive. A local consumer's request is reported only when another connection's GET
  * happens to leave while it is held: many in a row are rare, so a busy mixed broker still
- * leaves its quiet fetches out. A request left out starts the count again (the counts are in
- * fetchcost_abi.h). */
+ * leaves its quiet fetches out; a long poll that outlasts GETs is reported every time anyway,
+ * so its records are the same paused or not. A request left out starts the count again (the
+ * counts are in fetchcost_abi.h). A size prefix read alone (a JVM broker's) still waits in a
+ * slot for its rest, so a paused request is one record, as a held one is. */
+_Static_assert(FC_PAUSE_AFTER_REPORTS <= 255 && FC_PAUSED_REQUESTS <= 255,
+               "reports_in_a_row and holds_paused are bytes");
 static __always_inline void count_report(struct conn_state* st, int reported) {
   if (!reported) {
     st->reports_in_a_row = 0;
@@ -1303,8 +1307,8 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
         st->gathering || (ret != 4 && (ret < 26 || ret > FC_HELD_BYTES)) ||
         (st->skipped[FC_DIR_RECV] | st->skipped[FC_DIR_SEND]) >= (1U << 30))
       return 0;
-    if (st->holds_paused) {
-      if (ret != 4) st->holds_paused--; /* a size prefix read alone: its request counts once */
+    if (st->holds_paused && ret != 4) { /* a size prefix still waits for its rest, below */
+      st->holds_paused--;
       return 0;
     }
     __u32 i = 0;
@@ -1330,8 +1334,12 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
   s->hdr.captured = n;
   s->hdr.segs[0].length = n;
   st->req_held = HELD_NONE;
-  if (!sessionless_fetch(s->data, n)) { /* another request, read whole: its record, from here */
-    report_held(s);                     /* OWNED, never listed: no store send can have taken it */
+  /* Holds paused (the rest of a size prefix: one record, as a held request's), or another
+   * request read whole: its record, from here. */
+  const __u8 paused = st->holds_paused;
+  if (paused) st->holds_paused = paused - 1;
+  if (paused || !sessionless_fetch(s->data, n)) {
+    report_held(s); /* OWNED, never listed: no store send can have taken it */
     free_request_slot(s);
     return 1;
   }

@@ -53,8 +53,8 @@
  *        connection (another receive, a response to another request, the close) hands on the
  *        held request's record first. A connection whose held requests are reported by store
  *        sends FC_PAUSE_AFTER_REPORTS times in a row (a consumer reading from the remote tier)
- *        has its next FC_PAUSED_REQUESTS requests recorded as they arrive, as with
- *        cfg_skip_quiet_fetches off; a request left out starts the count again.
+ *        has its next FC_PAUSED_REQUESTS requests recorded as they arrive, a size prefix
+ *        read alone in one record with its rest; a request left out starts the count again.
  *   FC_EVENT_CONNECT / FC_EVENT_CLOSE  struct fc_conn_event (no payload).
  * Both start with struct fc_event_common; dispatch on common.kind. */
 #ifndef FETCHCOST_ABI_H
