@@ -324,6 +324,7 @@ class NetThread {
   }
   void run();
   void on_readable(uint64_t id, Conn& c);
+  void on_readable_as_jvm(uint64_t id, Conn& c);
   void parse_frames(Conn& c);
   void dispatch_next(uint64_t id, Conn& c);
   void flush(uint64_t id, Conn& c);
@@ -518,6 +519,7 @@ class Broker {
   std::atomic<uint64_t> stat_sasl_[2] = {0, 0};            // SASL/PLAIN authentications ok, failed
   std::atomic<uint64_t> stat_requests_{0}, stat_fetches_{0}, stat_remote_reads_{0},
       stat_remote_timeouts_{0}, stat_local_bytes_{0}, stat_remote_bytes_{0};
+  std::atomic<uint64_t> stat_plaintext_reads_{0};  // reads of client connections that got bytes
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -595,6 +597,7 @@ void NetThread::on_readable(uint64_t id, Conn& c) {
       return drop(id);
     }
   }
+  if (!c.ssl && broker_->config_.read_size_prefix_first) return on_readable_as_jvm(id, c);
   char buf[65536];
   while (true) {
     ssize_t n;
@@ -610,11 +613,37 @@ void NetThread::on_readable(uint64_t id, Conn& c) {
       n = read(c.fd, buf, sizeof buf);
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
       if (n <= 0) return drop(id);
+      broker_->stat_plaintext_reads_++;
     }
     c.rbuf.append(buf, size_t(n));
     if (size_t(n) < sizeof buf && !c.ssl) break;
   }
   parse_frames(c);
+  if (!c.inflight) dispatch_next(id, c);
+}
+
+// As a JVM broker's Selector reads a plaintext connection: its 4-byte size prefix in one read,
+// then the rest of the request (in reads of at most 64 KiB), and no more reads once a request is
+// whole (Kafka mutes the channel; the next readiness reads the next one).
+void NetThread::on_readable_as_jvm(uint64_t id, Conn& c) {
+  char buf[65536];
+  const size_t frames = c.frames.size();
+  while (c.frames.size() == frames && !c.closing) {
+    const size_t have = c.rbuf.size() - c.rpos;
+    size_t want = 4 - std::min<size_t>(have, 4);
+    if (want == 0) {
+      const auto* p = reinterpret_cast<const uint8_t*>(c.rbuf.data() + c.rpos);
+      const size_t size = (size_t(p[0]) << 24) | (size_t(p[1]) << 16) | (size_t(p[2]) << 8) | p[3];
+      want = std::min(4 + size - have, sizeof buf);
+    }
+    const ssize_t n = read(c.fd, buf, want);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    if (n <= 0) return drop(id);
+    broker_->stat_plaintext_reads_++;
+    c.rbuf.append(buf, size_t(n));
+    parse_frames(c);  // a whole request becomes a frame; a size over the limit closes
+    if (size_t(n) < want) break;
+  }
   if (!c.inflight) dispatch_next(id, c);
 }
 
@@ -968,6 +997,7 @@ nlohmann::json Broker::stats() {
         versions[std::string(names[k]) + " v" + std::to_string(v)] = n;
   return {
       {"requests", stat_requests_.load()},
+      {"plaintext_reads", stat_plaintext_reads_.load()},
       {"fetches", stat_fetches_.load()},
       {"sasl_authentications", {{"ok", stat_sasl_[0].load()}, {"failed", stat_sasl_[1].load()}}},
       {"remote_reads", stat_remote_reads_.load()},

@@ -35,6 +35,9 @@ struct BrokerConfig {
   int group_initial_delay_ms = 3000;  // group.initial.rebalance.delay.ms
   int node_id = 1;
   int fetch_max_version = 17;
+  // Plaintext requests read as a JVM broker's NetworkReceive reads them: the 4-byte size
+  // prefix in one read, then the rest in another (else as much as one read returns).
+  bool read_size_prefix_first = false;
   // SASL/PLAIN users (name → password); empty: SASL is neither advertised nor served.
   std::map<std::string, std::string> sasl_plain_users;
   bool wake_parked_fetches = false;  // set when an appender runs (see notify_appended)  // lower it

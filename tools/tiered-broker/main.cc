@@ -116,6 +116,9 @@ int main(int argc, char** argv) {
          "run the S3 GETs on a pool of ForkJoinPool-1-worker-N threads (Aiven's chunk cache) "
          "instead of on the remote-log-reader threads (0: off)")
       ->capture_default_str();
+  app.add_flag("--read-size-prefix-first", bc.read_size_prefix_first,
+               "read each plaintext request as a JVM broker does: its 4-byte size prefix, then "
+               "the rest, one request per readiness (else as much as a read returns)");
   app.add_option("--network-threads", bc.network_threads, "network (epoll) threads")
       ->capture_default_str();
   app.add_option("--handler-threads", bc.handler_threads, "request handler threads")

@@ -102,6 +102,10 @@ def main():
                     help="the broker reads a GET's response this many bytes at a time (a JVM "
                          "HTTP client's buffer): its body's reads are folded in the kernel, and "
                          "the figures must still equal the ledger")
+    ap.add_argument("--read-size-prefix-first", action="store_true",
+                    help="the broker reads each request as a JVM broker does, its size prefix "
+                         "first: the capture joins the two reads, and the figures must still "
+                         "equal the ledger")
     ap.add_argument("--capture-variant", default=None,
                     help="fetchcostd's socket hooks (kernels < 6.3 load the syscall variants)")
     args = ap.parse_args()
@@ -112,9 +116,11 @@ def main():
         sys.exit(77)
 
     workdir = tempfile.mkdtemp(prefix=f"fc-e2e-{args.transport}-")
-    read_bytes = ["--s3-read-bytes", str(args.s3_read_bytes)] if args.s3_read_bytes else []
+    broker_args = ["--s3-read-bytes", str(args.s3_read_bytes)] if args.s3_read_bytes else []
+    if args.read_size_prefix_first:
+        broker_args.append("--read-size-prefix-first")
     world = scenario.World(workdir, broker_bin=args.broker, s3_transport=args.transport,
-                           object_store=args.object_store, extra_broker_args=read_bytes)
+                           object_store=args.object_store, extra_broker_args=broker_args)
     fc = prom = None
     try:
         world.start()
@@ -228,6 +234,14 @@ def main():
         if args.s3_read_bytes and args.transport != "openssl" and sock and by_hint == 0:
             fail(f"the broker read GET responses {args.s3_read_bytes} bytes at a time, yet no "
                  "read was folded by a body hint")
+        # The simulator's own count of its reads: with the size prefix first, at least two per
+        # request (the capture's side is the ledger check below).
+        if args.read_size_prefix_first:
+            broker = world.admin("/stats")
+            print(f"the broker's plaintext reads: {broker['plaintext_reads']} for "
+                  f"{broker['requests']} requests")
+            if broker["plaintext_reads"] < 2 * broker["requests"]:
+                fail("the broker did not read the requests' size prefixes first")
         if (skipped > 0) != (args.transport == "openssl"):
             fail(f"{skipped} socket calls of TLS-probed connections skipped with the "
                  f"{args.transport} transport")
