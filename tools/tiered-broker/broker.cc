@@ -622,6 +622,12 @@ void NetThread::on_readable(uint64_t id, Conn& c) {
   if (!c.inflight) dispatch_next(id, c);
 }
 
+// The size prefix of the frame at rbuf[at] (4 bytes there).
+static size_t frame_size(const std::string& rbuf, size_t at) {
+  const auto* p = reinterpret_cast<const uint8_t*>(rbuf.data() + at);
+  return (size_t(p[0]) << 24) | (size_t(p[1]) << 16) | (size_t(p[2]) << 8) | p[3];
+}
+
 // As a JVM broker's Selector reads a plaintext connection: its 4-byte size prefix in one read,
 // then the rest of the request (in reads of at most 64 KiB), and no more reads once a request is
 // whole (Kafka mutes the channel; the next readiness reads the next one).
@@ -631,11 +637,7 @@ void NetThread::on_readable_as_jvm(uint64_t id, Conn& c) {
   while (c.frames.size() == frames && !c.closing) {
     const size_t have = c.rbuf.size() - c.rpos;
     size_t want = 4 - std::min<size_t>(have, 4);
-    if (want == 0) {
-      const auto* p = reinterpret_cast<const uint8_t*>(c.rbuf.data() + c.rpos);
-      const size_t size = (size_t(p[0]) << 24) | (size_t(p[1]) << 16) | (size_t(p[2]) << 8) | p[3];
-      want = std::min(4 + size - have, sizeof buf);
-    }
+    if (want == 0) want = std::min(4 + frame_size(c.rbuf, c.rpos) - have, sizeof buf);
     const ssize_t n = read(c.fd, buf, want);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
     if (n <= 0) return drop(id);
@@ -649,8 +651,7 @@ void NetThread::on_readable_as_jvm(uint64_t id, Conn& c) {
 
 void NetThread::parse_frames(Conn& c) {
   while (c.rbuf.size() - c.rpos >= 4) {
-    const uint8_t* p = reinterpret_cast<const uint8_t*>(c.rbuf.data() + c.rpos);
-    uint32_t size = (uint32_t(p[0]) << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
+    const size_t size = frame_size(c.rbuf, c.rpos);
     if (size > (100u << 20)) {
       c.closing = true;
       return;
