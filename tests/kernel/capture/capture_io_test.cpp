@@ -1035,18 +1035,6 @@ int fold_scenario(Child& self) {
   return 0;
 }
 
-// Watches `target`, starts it and makes the listener port it reports (open_kafka_loopback) a
-// Kafka port; returns that port.
-std::uint16_t watch_kafka_listener(Collector& col, Child& target) {
-  REQUIRE(col.capture->add_target(target.pid()).ok());
-  target.go();
-  const auto listen_port = static_cast<std::uint16_t>(target.receive());
-  REQUIRE(
-      col.capture->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
-  target.nod();
-  return listen_port;
-}
-
 void run_fold(Variant variant) {
   fc::testing::require_root("loading BPF programs");
   REQUIRE(fc::capture::check_environment().ok());

@@ -255,19 +255,22 @@ std::vector<Record> check_tiles(std::vector<Record> records, const std::string& 
   return skipped;
 }
 
+// The sock variant with quiet fetches left out.
+capture::Options quiet_options() {
+  return {.ring_bytes_per_cpu = 1 << 20,
+          .default_policy = {4096, 4096},
+          .variant = Variant::kSockTracepoints,
+          .skip_quiet_fetches = true};
+}
+
 // Watches `target`, starts it, makes its listener a Kafka port and waits until its exchanges
 // are done: the ports it reports (its listener, its Kafka client's, its store client's).
 struct Ports {
   std::uint16_t listen = 0, client = 0, store = 0;
 };
 Ports run_scenario(Collector& col, Child& target) {
-  REQUIRE(col.capture->add_target(target.pid()).ok());
-  target.go();
   Ports ports;
-  ports.listen = static_cast<std::uint16_t>(target.receive());
-  REQUIRE(
-      col.capture->set_port_policy(ports.listen, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
-  target.nod();
+  ports.listen = watch_kafka_listener(col, target);
   ports.client = static_cast<std::uint16_t>(target.receive());
   ports.store = static_cast<std::uint16_t>(target.receive());
   return ports;
@@ -357,10 +360,7 @@ int mixed_scenario(Child& self) {
 TEST_CASE("quiet fetches are left out whole; a store send reports the held request first") {
   fc::testing::require_root("loading BPF programs");
   REQUIRE(fc::capture::check_environment().ok());
-  Collector col({.ring_bytes_per_cpu = 1 << 20,
-                 .default_policy = {4096, 4096},
-                 .variant = Variant::kSockTracepoints,
-                 .skip_quiet_fetches = true});
+  Collector col(quiet_options());
   Child target(quiet_scenario);
   const auto [listen_port, client_port, store_port] = run_scenario(col, target);
   col.drain(5);
@@ -479,17 +479,9 @@ TEST_CASE("without skip_quiet_fetches every fetch has its records") {
 TEST_CASE("a consumer whose fetches keep causing GETs is not held for a while; one beside it is") {
   fc::testing::require_root("loading BPF programs");
   REQUIRE(fc::capture::check_environment().ok());
-  Collector col({.ring_bytes_per_cpu = 1 << 20,
-                 .default_policy = {4096, 4096},
-                 .variant = Variant::kSockTracepoints,
-                 .skip_quiet_fetches = true});
+  Collector col(quiet_options());
   Child target(mixed_scenario);
-  REQUIRE(col.capture->add_target(target.pid()).ok());
-  target.go();
-  const auto listen_port = static_cast<std::uint16_t>(target.receive());
-  REQUIRE(
-      col.capture->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
-  target.nod();
+  const auto listen_port = watch_kafka_listener(col, target);
   const auto remote_port = static_cast<std::uint16_t>(target.receive());
   const auto local_port = static_cast<std::uint16_t>(target.receive());
   target.receive();  // the store's

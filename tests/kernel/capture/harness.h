@@ -286,6 +286,18 @@ struct Pair {
   std::uint16_t listen_port = 0, client_port = 0;
 };
 
+// Watches `target`, starts it and makes the first port it reports (its listener) a Kafka
+// port; returns that port.
+inline std::uint16_t watch_kafka_listener(Collector& col, Child& target) {
+  REQUIRE(col.capture->add_target(target.pid()).ok());
+  target.go();
+  const auto listen_port = static_cast<std::uint16_t>(target.receive());
+  REQUIRE(
+      col.capture->set_port_policy(listen_port, false, {4096, 4096, FC_ROLE_KAFKA_CLIENT}).ok());
+  target.nod();
+  return listen_port;
+}
+
 // Over IPv4 or IPv6 loopback; `no_delay` sets TCP_NODELAY on both ends (a write is a segment).
 inline bool open_pair(Pair& lb, int family = AF_INET, bool no_delay = true) {
   lb.listener = socket(family, SOCK_STREAM, 0);
