@@ -1231,7 +1231,7 @@ static __always_inline void report_held_requests(void) {
  * FC_PAUSE_AFTER_REPORTS reports in a row, its next FC_PAUSED_REQUESTS requests are recorded
  * as they arrive. A local consumer's request is reported only when another connection's GET
  * happens to leave while it is held: many in a row are rare unless GETs are frequent, and then
- * its holds are mostly reported anyway (0.961 of the programs' time per fetch at 2,500 GETs/s
+ * its holds are often reported anyway (0.961 of the programs' time per fetch at 2,500 GETs/s
  * beside 4,000 local fetches/s, "Session 45"); a long poll that outlasts GETs is reported every
  * time anyway, so its records are the same paused or not. A request left out starts the count again
  * (the counts are in fetchcost_abi.h). A size prefix read alone (a JVM broker's) still waits in a
