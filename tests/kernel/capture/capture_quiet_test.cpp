@@ -276,6 +276,15 @@ Ports run_scenario(Collector& col, Child& target) {
   return ports;
 }
 
+// Appends `count` sessionless fetches of `version` (read `split` or whole, each causing a GET
+// or not), numbered on from `correlation`, their answers of a 30-byte header and `file` bytes.
+void add_fetches(std::vector<Exchange>& list, std::int16_t version, std::int32_t& correlation,
+                 int count, bool split, bool store_send, std::size_t file) {
+  for (int i = 0; i < count; ++i, ++correlation)
+    list.push_back({fetch_request(version, correlation, 0, -1), split, store_send,
+                    response(30, file, unsigned(correlation))});
+}
+
 // A consumer reading from the remote tier beside a local one, on two connections to the same
 // Kafka port. The remote consumer's first FC_PAUSE_AFTER_REPORTS fetches each cause a GET; its
 // next FC_PAUSED_REQUESTS are quiet and read split (a size prefix, then the rest), then one more
@@ -285,54 +294,27 @@ Ports run_scenario(Collector& col, Child& target) {
 std::vector<Exchange> remote_consumer() {
   std::vector<Exchange> list;
   std::int32_t correlation = 100;
-  for (int i = 0; i < FC_PAUSE_AFTER_REPORTS; ++i, ++correlation)
-    list.push_back({fetch_request(11, correlation, 0, -1), false, true,
-                    response(30, 200, unsigned(correlation))});
-  for (int i = 0; i < FC_PAUSED_REQUESTS; ++i, ++correlation)
-    list.push_back({fetch_request(11, correlation, 0, -1), true, false,
-                    response(30, 100, unsigned(correlation))});
-  list.push_back(
-      {fetch_request(11, correlation, 0, -1), false, false, response(26, 300, 7)});  // quiet
-  ++correlation;
-  list.push_back({fetch_request(11, correlation, 0, -1), false, true, response(30, 200, 8)});
+  add_fetches(list, 11, correlation, FC_PAUSE_AFTER_REPORTS, false, true, 200);
+  add_fetches(list, 11, correlation, FC_PAUSED_REQUESTS, true, false, 100);
+  add_fetches(list, 11, correlation, 1, false, false, 300);  // quiet
+  add_fetches(list, 11, correlation, 1, false, true, 200);
   return answered(list);
 }
 
 std::vector<Exchange> local_consumer() {
   std::vector<Exchange> list;
   std::int32_t correlation = 1000;
-  for (int i = 0; i + 1 < FC_PAUSE_AFTER_REPORTS; ++i, ++correlation)
-    list.push_back({fetch_request(4, correlation, 0, -1), false, false,
-                    response(30, 100, unsigned(correlation))});
-  list.push_back(
-      {fetch_request(4, correlation, 0, -1), false, false, response(22, 500, 9)});  // quiet
-  ++correlation;
-  list.push_back({fetch_request(4, correlation, 0, -1), false, true, response(30, 200, 11)});
+  add_fetches(list, 4, correlation, FC_PAUSE_AFTER_REPORTS - 1, false, false, 100);
+  add_fetches(list, 4, correlation, 1, false, false, 500);  // quiet
+  add_fetches(list, 4, correlation, 1, false, true, 200);
   return answered(list);
-}
-
-// A second client connection to `kafka`'s listener.
-bool open_second(const Pair& kafka, Pair& second) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(kafka.listen_port);
-  second.listen_port = kafka.listen_port;
-  second.client = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(second.client, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return false;
-  second.server = accept(kafka.listener, nullptr, nullptr);
-  socklen_t len = sizeof(a);
-  getsockname(second.client, reinterpret_cast<sockaddr*>(&a), &len);
-  second.client_port = ntohs(a.sin_port);
-  int one = 1;
-  setsockopt(second.client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  setsockopt(second.server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return second.server >= 0;
 }
 
 int mixed_scenario(Child& self) {
   Pair remote, local, store;
-  if (!open_pair(remote) || !open_second(remote, local) || !open_pair(store)) return 10;
+  if (!open_pair(remote)) return 10;
+  local.listener = remote.listener;  // a second connection to the same Kafka port
+  if (!connect_pair(local) || !open_pair(store)) return 10;
   self.report(remote.listen_port);
   self.wait_parent();
   const auto r = remote_consumer();

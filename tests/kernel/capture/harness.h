@@ -298,25 +298,13 @@ inline std::uint16_t watch_kafka_listener(Collector& col, Child& target) {
   return listen_port;
 }
 
-// Over IPv4 or IPv6 loopback; `no_delay` sets TCP_NODELAY on both ends (a write is a segment).
-inline bool open_pair(Pair& lb, int family = AF_INET, bool no_delay = true) {
-  lb.listener = socket(family, SOCK_STREAM, 0);
+// A new connection to `lb.listener` (already listening): its client and server ends and ports
+// into `lb`. `no_delay` sets TCP_NODELAY on both ends (a write is a segment).
+inline bool connect_pair(Pair& lb, bool no_delay = true) {
   sockaddr_storage ss{};
-  socklen_t len;
-  if (family == AF_INET) {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    a->sin_family = AF_INET;
-    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    len = sizeof(*a);
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    a->sin6_family = AF_INET6;
-    a->sin6_addr = in6addr_loopback;
-    len = sizeof(*a);
-  }
-  if (bind(lb.listener, reinterpret_cast<sockaddr*>(&ss), len) != 0) return false;
-  if (listen(lb.listener, 4) != 0) return false;
+  socklen_t len = sizeof(ss);
   getsockname(lb.listener, reinterpret_cast<sockaddr*>(&ss), &len);
+  const int family = ss.ss_family;
   lb.client = socket(family, SOCK_STREAM, 0);
   if (connect(lb.client, reinterpret_cast<sockaddr*>(&ss), len) != 0) return false;
   lb.server = accept(lb.listener, nullptr, nullptr);
@@ -334,6 +322,27 @@ inline bool open_pair(Pair& lb, int family = AF_INET, bool no_delay = true) {
   lb.client_port = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&mine)->sin_port
                                            : reinterpret_cast<sockaddr_in6*>(&mine)->sin6_port);
   return true;
+}
+
+// A listener and one connection to it, over IPv4 or IPv6 loopback (see connect_pair).
+inline bool open_pair(Pair& lb, int family = AF_INET, bool no_delay = true) {
+  lb.listener = socket(family, SOCK_STREAM, 0);
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof(*a);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_loopback;
+    len = sizeof(*a);
+  }
+  if (bind(lb.listener, reinterpret_cast<sockaddr*>(&ss), len) != 0) return false;
+  if (listen(lb.listener, 4) != 0) return false;
+  return connect_pair(lb, no_delay);
 }
 
 // Waits (up to 2 s) until `fd` has `n` bytes to read.
