@@ -1233,18 +1233,35 @@ static __always_inline void report_held_requests(void) {
  * happens to leave while it is held: many in a row are rare unless GETs are frequent, and then
  * its holds are often reported anyway (0.961 of the programs' time per fetch at 2,500 GETs/s
  * beside 4,000 local fetches/s, "Session 45"); a long poll that outlasts GETs is reported every
- * time anyway, so its records are the same paused or not. A request left out starts the count again
- * (the counts are in fetchcost_abi.h). A size prefix read alone (a JVM broker's) still waits in a
- * slot for its rest, so a paused request is one record, as a held one is. */
+ * time anyway, so its records are the same paused or not. Every FC_PAUSE_PROBE_EVERY-th request
+ * of a pause is held as a probe: a local consumer paused by a burst of GETs is held again after
+ * its first quiet probe, within 16 requests, and a remote consumer's reported probes renew its
+ * pause. A request left out starts the count again and ends a pause (the counts are in
+ * fetchcost_abi.h). A size prefix read alone (a JVM broker's) still waits in a slot for its
+ * rest, so a paused request is one record, as a held one is. */
 _Static_assert(FC_PAUSE_AFTER_REPORTS <= 255 && FC_PAUSED_REQUESTS <= 255,
                "reports_in_a_row and holds_paused are bytes");
+_Static_assert((FC_PAUSE_PROBE_EVERY & (FC_PAUSE_PROBE_EVERY - 1)) == 0 &&
+                   FC_PAUSED_REQUESTS % FC_PAUSE_PROBE_EVERY == 0,
+               "a pause's last request is a probe; the test is a mask");
 static __always_inline void count_report(struct conn_state* st, int reported) {
   if (!reported) {
     st->reports_in_a_row = 0;
+    st->holds_paused = 0;
   } else if (++st->reports_in_a_row >= FC_PAUSE_AFTER_REPORTS) {
     st->reports_in_a_row = 0;
     st->holds_paused = FC_PAUSED_REQUESTS;
+    count(FC_COUNTER_HOLD_PAUSES);
   }
+}
+
+/* Counts a request against the connection's pause: 1 when it is to be recorded as it
+ * arrives, 0 when it is held (no pause, or a pause's probe). */
+static __always_inline int paused_request(struct conn_state* st) {
+  __u8 left = st->holds_paused;
+  if (!left) return 0;
+  st->holds_paused = --left;
+  return (left & (FC_PAUSE_PROBE_EVERY - 1)) != 0;
 }
 
 static __always_inline struct request_slot* request_slot_of(struct conn_state* st) {
@@ -1284,6 +1301,7 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
                                         __u32 ret, __u32 want, __u64 buf, __u64 pid_tgid,
                                         struct task_struct* task) {
   struct request_slot* s = 0;
+  int record_now = 0; /* the rest of a size prefix read while holds are paused */
   __u32 n = ret;
   __u64 len = ret; /* clamped in asm: the verifier needs the bound on the copy's own register */
   FC_CLAMP(len, FC_HELD_BYTES);
@@ -1297,6 +1315,7 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
       return 0;
     }
     n = ret + 4;
+    record_now = paused_request(st);
     s->hdr.c.timestamp_ns = bpf_ktime_get_ns(); /* the request is in when its last byte is */
     s->hdr.c.tid = (__u32)pid_tgid;
     s->hdr.source = src;
@@ -1308,10 +1327,7 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
         st->gathering || (ret != 4 && (ret < 26 || ret > FC_HELD_BYTES)) ||
         (st->skipped[FC_DIR_RECV] | st->skipped[FC_DIR_SEND]) >= (1U << 30))
       return 0;
-    if (st->holds_paused && ret != 4) { /* a size prefix still waits for its rest, below */
-      st->holds_paused--;
-      return 0;
-    }
+    if (ret != 4 && paused_request(st)) return 0; /* a size prefix waits for its rest */
     __u32 i = 0;
     s = (struct request_slot*)claim_in(&request_slots, FC_REQUEST_SLOTS - 1, st->conn_id, &i);
     if (!s) return 0;
@@ -1337,9 +1353,7 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
   st->req_held = HELD_NONE;
   /* Holds paused (the rest of a size prefix: one record, as a held request's), or another
    * request read whole: its record, from here. */
-  const __u8 paused = st->holds_paused;
-  if (paused) st->holds_paused = paused - 1;
-  if (paused || !sessionless_fetch(s->data, n)) {
+  if (record_now || !sessionless_fetch(s->data, n)) {
     report_held(s); /* OWNED, never listed: no store send can have taken it */
     free_request_slot(s);
     return 1;

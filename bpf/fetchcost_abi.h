@@ -54,7 +54,8 @@
  *        held request's record first. A connection whose held requests are reported by store
  *        sends FC_PAUSE_AFTER_REPORTS times in a row (a consumer reading from the remote tier)
  *        has its next FC_PAUSED_REQUESTS requests recorded as they arrive, a size prefix
- *        read alone in one record with its rest; a request left out starts the count again.
+ *        read alone in one record with its rest, all but every FC_PAUSE_PROBE_EVERY-th, which
+ *        is held; a request left out starts the count again and ends a pause.
  *   FC_EVENT_CONNECT / FC_EVENT_CLOSE  struct fc_conn_event (no payload).
  * Both start with struct fc_event_common; dispatch on common.kind. */
 #ifndef FETCHCOST_ABI_H
@@ -91,9 +92,12 @@ typedef __s32 fc_s32;
  * (sock-tracepoint variant) never reach it. */
 #define FC_CONN_ID_SYNTHETIC (1ULL << 63)
 /* Quiet fetches: after this many of a connection's held requests in a row are reported by
- * store sends, its next FC_PAUSED_REQUESTS requests are recorded as they arrive, not held. */
+ * store sends, its next FC_PAUSED_REQUESTS requests are recorded as they arrive, not held, but
+ * for every FC_PAUSE_PROBE_EVERY-th: that one is held as before, and if it is left out (quiet)
+ * the pause ends, so a local consumer paused by chance is held again within 16 requests. */
 #define FC_PAUSE_AFTER_REPORTS 8
 #define FC_PAUSED_REQUESTS 128
+#define FC_PAUSE_PROBE_EVERY 16
 
 enum fc_event_kind {
   FC_EVENT_DATA = 1,     /* bytes moved on a socket (segments + payload follow) */
@@ -322,7 +326,9 @@ enum fc_counter {
                                         (its sends keep a record each) */
   FC_COUNTER_WAKEUPS = 9,            /* the reader woken: a ring's unread data reached the mark */
   FC_COUNTER_QUIET_FETCHES = 10, /* fetches left out whole: no object-store call in their window */
-  FC_COUNTER_MAX = 11,
+  FC_COUNTER_HOLD_PAUSES = 11,   /* a connection's held requests reported FC_PAUSE_AFTER_REPORTS
+                                    times in a row: its next FC_PAUSED_REQUESTS not held */
+  FC_COUNTER_MAX = 12,
 };
 
 #endif

@@ -75,8 +75,11 @@ int run_status(const StatusOptions& o) {
   if (s.contains("quiet_fetches")) {  // capture.skip_quiet_fetches
     const auto& q = s["quiet_fetches"];
     if (q.value("enabled", false))
-      std::printf("quiet       %llu fetches left out (no object-store call in their window)\n",
-                  static_cast<unsigned long long>(q.value("left_out", std::uint64_t{0})));
+      std::printf(
+          "quiet       %llu fetches left out (no object-store call in their window); held "
+          "requests paused %llu times (a consumer's fetches kept causing object-store calls)\n",
+          static_cast<unsigned long long>(q.value("left_out", std::uint64_t{0})),
+          static_cast<unsigned long long>(q.value("pauses", std::uint64_t{0})));
     else
       std::printf(
           "quiet       every fetch recorded (capture.skip_quiet_fetches off, or the "

@@ -885,6 +885,7 @@ std::vector<Counters> Capture::per_cpu() const {
   read(FC_COUNTER_GATHER_NO_SLOT, &Counters::gather_no_slot);
   read(FC_COUNTER_WAKEUPS, &Counters::wakeups);
   read(FC_COUNTER_QUIET_FETCHES, &Counters::quiet_fetches);
+  read(FC_COUNTER_HOLD_PAUSES, &Counters::hold_pauses);
   std::vector<fc_body_hint> hints(static_cast<std::size_t>(impl_->cpus));
   const __u32 zero = 0;
   if (bpf_map__lookup_elem(impl_->skel->maps.body_hints, &zero, sizeof(zero), hints.data(),
@@ -913,6 +914,7 @@ Counters sum_of(const std::vector<Counters>& per_cpu) {
     sum.gather_no_slot += c.gather_no_slot;
     sum.wakeups += c.wakeups;
     sum.quiet_fetches += c.quiet_fetches;
+    sum.hold_pauses += c.hold_pauses;
   }
   return sum;
 }

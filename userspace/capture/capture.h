@@ -141,6 +141,9 @@ struct Counters {
   std::uint64_t wakeups = 0;
   // fetches left out whole (Options::skip_quiet_fetches): no store send in their window
   std::uint64_t quiet_fetches = 0;
+  // connections whose held requests object-store sends reported 8 times in a row (a consumer
+  // reading from the remote tier): each time, the next 128 requests were recorded unheld
+  std::uint64_t hold_pauses = 0;
 };
 
 // One record as the BPF side wrote it. For DATA/TLS_DATA `data` is set, `payload` holds the

@@ -424,6 +424,7 @@ struct Service::Impl {
     m.attribution_enabled = enabled;
     m.events = events.load(std::memory_order_relaxed);
     m.quiet_fetches = capture_status.totals.quiet_fetches;
+    m.quiet_fetch_pauses = capture_status.totals.hold_pauses;
     m.config_errors = config_errors;
     m.drain_wait_seconds = static_cast<double>(drain_wait_ns) / 1e9;
     m.spool_bytes = capture_status.spool_bytes;
@@ -631,7 +632,8 @@ struct Service::Impl {
       doc["quiet_fetches"] = {
           {"enabled", config.skip_quiet_fetches &&
                           capture_status.variant == capture::Variant::kSockTracepoints},
-          {"left_out", capture_status.totals.quiet_fetches}};
+          {"left_out", capture_status.totals.quiet_fetches},
+          {"pauses", capture_status.totals.hold_pauses}};
       doc["handled_events"] = events.load(std::memory_order_relaxed);
       doc["drain"] = {{"wait_seconds_total", static_cast<double>(drain_wait_ns) / 1e9},
                       {"wait_max_seconds", static_cast<double>(drain_wait_max_ns) / 1e9},

@@ -30,6 +30,8 @@ struct SelfMetrics {
   std::uint64_t events = 0;
   // Fetches the capture left out whole (capture::Options::skip_quiet_fetches).
   std::uint64_t quiet_fetches = 0;
+  // Connections that stopped being held for a while (capture::Counters::hold_pauses).
+  std::uint64_t quiet_fetch_pauses = 0;
   std::map<std::string, std::uint64_t> parse_errors;  // by decoder ("kafka", "http")
   std::uint64_t reads_exact = 0;
   std::uint64_t reads_estimated = 0;

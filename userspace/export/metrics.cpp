@@ -211,6 +211,11 @@ void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
          "Fetches the capture left out whole (capture.skip_quiet_fetches): sessionless, answered "
          "while the broker made no object-store call, so no remote read can belong to them",
          Type::kCounter, self.quiet_fetches);
+  single(w, "fetchcost_quiet_fetch_pauses_total",
+         "Times a connection's requests stopped waiting for the quiet-fetch test: object-store "
+         "calls reported 8 of them in a row (a consumer reading from the remote tier), so its "
+         "next 128 requests were recorded as they arrived",
+         Type::kCounter, self.quiet_fetch_pauses);
   header(w, "fetchcost_ring_drops_total",
          "Capture events lost because a CPU's ring buffer was full", Type::kCounter);
   for (std::size_t cpu = 0; cpu < self.ring_drops_per_cpu.size(); ++cpu)

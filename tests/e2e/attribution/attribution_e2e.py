@@ -220,6 +220,8 @@ def main():
         print(f"quiet fetches: {quiet}")
         if quiet["enabled"] != sock or (quiet["left_out"] > 0) != sock:
             fail(f"quiet fetches {quiet} with the {status['variant']} variant")
+        if not isinstance(quiet.get("pauses"), int) or (quiet["pauses"] > 0 and not sock):
+            fail(f"quiet fetches {quiet}: no count of held requests' pauses")
         # Object-body reads that left bytes queued are folded into the next record (connections
         # without hooked TLS); small reads of whole responses must fold.
         folded_reads = status["folded_read_pieces"]

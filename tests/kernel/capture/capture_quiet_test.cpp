@@ -286,16 +286,25 @@ void add_fetches(std::vector<Exchange>& list, std::int16_t version, std::int32_t
 }
 
 // A consumer reading from the remote tier beside a local one, on two connections to the same
-// Kafka port. The remote consumer's first FC_PAUSE_AFTER_REPORTS fetches each cause a GET; its
-// next FC_PAUSED_REQUESTS are quiet and read split (a size prefix, then the rest), then one more
-// quiet fetch read whole and one with a GET. The local consumer's first
+// Kafka port. The remote consumer's first FC_PAUSE_AFTER_REPORTS fetches each cause a GET, which
+// pauses its holds. In the pause, each FC_PAUSE_PROBE_EVERY-th fetch (a probe, held) causes a
+// GET too, and the others are quiet and read split (a size prefix, then the rest): the last
+// probe is the FC_PAUSE_AFTER_REPORTS-th report in a row, which pauses it again. In the second
+// pause every fetch is quiet and read split, so its first probe is left out and ends the pause;
+// then a fetch with a GET, one more quiet fetch read whole (held again: left out) and one with a
+// GET. The local consumer's first
 // FC_PAUSE_AFTER_REPORTS - 1 fetches are held while the remote consumer's GETs leave, then it
 // makes one quiet fetch and one with a GET of its own.
 std::vector<Exchange> remote_consumer() {
   std::vector<Exchange> list;
   std::int32_t correlation = 100;
   add_fetches(list, 11, correlation, FC_PAUSE_AFTER_REPORTS, false, true, 200);
-  add_fetches(list, 11, correlation, FC_PAUSED_REQUESTS, true, false, 100);
+  for (int probe = 0; probe < FC_PAUSED_REQUESTS / FC_PAUSE_PROBE_EVERY; ++probe) {
+    add_fetches(list, 11, correlation, FC_PAUSE_PROBE_EVERY - 1, true, false, 100);
+    add_fetches(list, 11, correlation, 1, false, true, 200);
+  }
+  add_fetches(list, 11, correlation, FC_PAUSE_PROBE_EVERY, true, false, 100);  // the last quiet
+  add_fetches(list, 11, correlation, 1, false, true, 200);
   add_fetches(list, 11, correlation, 1, false, false, 300);  // quiet
   add_fetches(list, 11, correlation, 1, false, true, 200);
   return answered(list);
@@ -476,11 +485,13 @@ TEST_CASE("a consumer whose fetches keep causing GETs is not held for a while; o
   struct Consumer {
     std::uint16_t port;
     std::vector<Exchange> exchanges;
-    std::size_t quiet;  // the index of the one fetch to be left out
+    std::vector<std::size_t> quiet;  // the indices of the fetches to be left out
   };
+  const std::size_t probe_left_out =
+      FC_PAUSE_AFTER_REPORTS + FC_PAUSED_REQUESTS + FC_PAUSE_PROBE_EVERY - 1;
   const Consumer consumers[] = {
-      {remote_port, remote_consumer(), FC_PAUSE_AFTER_REPORTS + FC_PAUSED_REQUESTS},
-      {local_port, local_consumer(), FC_PAUSE_AFTER_REPORTS - 1}};
+      {remote_port, remote_consumer(), {probe_left_out, probe_left_out + 2}},
+      {local_port, local_consumer(), {FC_PAUSE_AFTER_REPORTS - 1}}};
   for (const auto& c : consumers) {
     INFO("consumer on port " << c.port);
     const fc_u64 conn = conn_by_ports(col, target.pid(), listen_port, c.port);
@@ -490,15 +501,17 @@ TEST_CASE("a consumer whose fetches keep causing GETs is not held for a while; o
       requests += e.request;
       responses += e.answer.head + e.answer.file;
     }
-    // Every byte recorded but the one quiet fetch's, whose bytes the next record reports.
+    // Every byte recorded but the quiet fetches', whose bytes the next record reports.
     const auto in = direction_of(col, conn, FC_DIR_RECV);
     const auto skipped_in = check_tiles(in, requests);
     const auto skipped_out = check_tiles(direction_of(col, conn, FC_DIR_SEND), responses);
-    const Exchange& quiet = c.exchanges[c.quiet];
-    REQUIRE(skipped_in.size() == 1);
-    REQUIRE(skipped_out.size() == 1);
-    CHECK(skipped_in[0].data.length == quiet.request.size());
-    CHECK(skipped_out[0].data.length == quiet.answer.head.size() + quiet.answer.file.size());
+    REQUIRE(skipped_in.size() == c.quiet.size());
+    REQUIRE(skipped_out.size() == c.quiet.size());
+    for (std::size_t k = 0; k < c.quiet.size(); ++k) {
+      const Exchange& quiet = c.exchanges[c.quiet[k]];
+      CHECK(skipped_in[k].data.length == quiet.request.size());
+      CHECK(skipped_out[k].data.length == quiet.answer.head.size() + quiet.answer.file.size());
+    }
     // One record per request, those read split while holds were paused included: a size
     // prefix read alone waits for its rest, as when the request is held.
     std::size_t whole = 0, prefixes = 0;
@@ -506,10 +519,12 @@ TEST_CASE("a consumer whose fetches keep causing GETs is not held for a while; o
       whole += !rec.skipped && rec.data.length > 4;
       prefixes += !rec.skipped && rec.data.length == 4;
     }
-    CHECK(whole == c.exchanges.size() - 1);
+    CHECK(whole == c.exchanges.size() - c.quiet.size());
     CHECK(prefixes == 0);
   }
-  CHECK(col.capture->totals().quiet_fetches == 2);
+  CHECK(col.capture->totals().quiet_fetches == 3);
+  // The remote consumer's pause and its renewal; the local one's 7 reports in a row started none.
+  CHECK(col.capture->totals().hold_pauses == 2);
 }
 
 }  // namespace fc::capture_test

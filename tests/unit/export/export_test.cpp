@@ -60,6 +60,7 @@ TEST_CASE("the metrics page is valid Prometheus text with the KIP's names and es
   self.programs_timed = true;
   self.programs = {{"sock_send_length", 12345, 0.0025}, {"sock_recv_length", 7, 1.5e-6}};
   self.quiet_fetches = 4242;
+  self.quiet_fetch_pauses = 17;
   const std::string text = exporter::render_prometheus(table, self, {.currency = "USD"});
 
   CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"scanner\",topic=\"orders\","
@@ -70,6 +71,7 @@ TEST_CASE("the metrics page is valid Prometheus text with the KIP's names and es
         std::string::npos);
   CHECK(text.find("fetchcost_ring_drops_total{cpu=\"1\"} 3") != std::string::npos);
   CHECK(text.find("fetchcost_quiet_fetches_total 4242\n") != std::string::npos);
+  CHECK(text.find("fetchcost_quiet_fetch_pauses_total 17\n") != std::string::npos);
   CHECK(text.find("fetchcost_bpf_program_stats_enabled 1\n") != std::string::npos);
   CHECK(text.find("fetchcost_bpf_program_runs_total{program=\"sock_send_length\"} 12345\n") !=
         std::string::npos);
