@@ -142,7 +142,8 @@ struct Counters {
   // fetches left out whole (Options::skip_quiet_fetches): no store send in their window
   std::uint64_t quiet_fetches = 0;
   // connections whose held requests object-store sends reported 8 times in a row (a consumer
-  // reading from the remote tier): each time, the next 128 requests were recorded unheld
+  // reading from the remote tier): each time, the next 128 requests were recorded unheld but
+  // for every 16th, held as a probe (a quiet one ends the pause)
   std::uint64_t hold_pauses = 0;
 };
 

@@ -214,7 +214,8 @@ void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
   single(w, "fetchcost_quiet_fetch_pauses_total",
          "Times a connection's requests stopped waiting for the quiet-fetch test: object-store "
          "calls reported 8 of them in a row (a consumer reading from the remote tier), so its "
-         "next 128 requests were recorded as they arrived",
+         "next 128 requests were recorded as they arrived, all but every 16th (a probe: a quiet "
+         "one ends the pause)",
          Type::kCounter, self.quiet_fetch_pauses);
   header(w, "fetchcost_ring_drops_total",
          "Capture events lost because a CPU's ring buffer was full", Type::kCounter);
