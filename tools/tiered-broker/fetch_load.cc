@@ -1,6 +1,8 @@
 // tiered-broker-load: drives a Kafka broker with Fetch v4 requests as fast as it answers and
 // prints the rate and the round-trip times. Each connection keeps one request in flight, like a
-// consumer. For measuring the simulator (and fetchcost's overhead on it), not a test.
+// consumer. With --incremental-sessions each connection fetches as the Java client does: Fetch
+// v11 in a fetch session (KIP-227), a full request that opens it, then incremental ones. For
+// measuring the simulator (and fetchcost's overhead on it), not a test.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -24,7 +26,43 @@ struct Conn {
   int fd = -1;
   std::string rbuf;
   std::chrono::steady_clock::time_point asked;  // when its request in flight was written
+  // --incremental-sessions: the fetch session the broker gave it (0: none yet) and the epoch
+  // of its next request (0: the full one that opens the session)
+  int32_t session_id = 0, next_epoch = 0;
+  int32_t correlation = 0;
 };
+
+// A Fetch v11 request in a fetch session, listing the one partition (a busy Java consumer's
+// incremental fetch lists the partitions whose fetch offset moved: here, every time).
+std::string session_fetch_request(const std::string& client_id, const std::string& topic,
+                                  int partition, int64_t offset, int32_t max_wait_ms,
+                                  int32_t max_bytes, const Conn& c) {
+  tb::Writer w;
+  w.i32(0);
+  w.i16(1);  // Fetch
+  w.i16(11);
+  w.i32(c.correlation);
+  w.string(client_id);
+  w.i32(-1);  // replica id
+  w.i32(max_wait_ms);
+  w.i32(1);  // min bytes
+  w.i32(max_bytes);
+  w.i8(0);
+  w.i32(c.session_id);
+  w.i32(c.next_epoch);
+  w.i32(1);
+  w.string(topic);
+  w.i32(1);
+  w.i32(partition);
+  w.i32(-1);  // current leader epoch
+  w.i64(offset);
+  w.i64(-1);  // log start offset (followers only)
+  w.i32(max_bytes);
+  w.i32(0);      // forgotten topics
+  w.string("");  // rack id
+  w.put_i32_at(0, int32_t(w.size() - 4));
+  return std::move(w.buf());
+}
 
 std::string fetch_request(const std::string& client_id, const std::string& topic, int partition,
                           int64_t offset, int32_t max_wait_ms, int32_t max_bytes, int32_t corr) {
@@ -55,6 +93,25 @@ const std::string& req_fixed(const std::string& client_id, const std::string& to
   static const std::string req =
       fetch_request(client_id, topic, partition, offset, max_wait_ms, max_bytes, 1);
   return req;
+}
+
+// The Fetch v11 response at the front of c.rbuf: its error code and session id (after the
+// size prefix, the correlation id and throttle_time_ms). The session's next epoch follows.
+bool take_session(Conn& c) {
+  if (c.rbuf.size() < 18) return false;
+  auto be32 = [&](size_t at) {
+    return int32_t(ntohl(*reinterpret_cast<const uint32_t*>(&c.rbuf[at])));
+  };
+  const int16_t error = int16_t(ntohs(*reinterpret_cast<const uint16_t*>(&c.rbuf[12])));
+  const int32_t session = be32(14);
+  if (error != 0 || session == 0 || (c.session_id != 0 && session != c.session_id)) {
+    std::fprintf(stderr, "fetch session refused: error %d, session %d (had %d)\n", error, session,
+                 c.session_id);
+    return false;
+  }
+  c.session_id = session;
+  c.next_epoch = c.next_epoch == INT32_MAX ? 1 : c.next_epoch + 1;
+  return true;
 }
 
 }  // namespace
@@ -97,10 +154,20 @@ int main(int argc, char** argv) {
   app.add_option("--latency-for", latency_for,
                  "... for this many seconds (0: to the end): the caller's measured window")
       ->capture_default_str();
+  bool incremental_sessions = false;
+  app.add_flag("--incremental-sessions", incremental_sessions,
+               "fetch as the Java client does: Fetch v11 in a fetch session per connection, "
+               "the full request that opens it, then incremental ones");
   CLI11_PARSE(app, argc, argv);
   uint64_t sent = 0;
-  auto next_request = [&]() -> const std::string& {
+  auto next_request = [&](Conn& c) -> const std::string& {
     static std::string churned;
+    if (incremental_sessions) {
+      churned =
+          session_fetch_request(client_id, topic, partition, offset, max_wait_ms, max_bytes, c);
+      ++c.correlation;
+      return churned;
+    }
     if (client_ids == 0)
       return req_fixed(client_id, topic, partition, offset, max_wait_ms, max_bytes);
     churned = fetch_request(client_id + "-" + std::to_string(sent++ % client_ids), topic, partition,
@@ -127,7 +194,7 @@ int main(int argc, char** argv) {
     ev.events = EPOLLIN;
     ev.data.u32 = uint32_t(i);
     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-    const std::string& req = next_request();
+    const std::string& req = next_request(conns[i]);
     ++sent_total;
     conns[i].asked = std::chrono::steady_clock::now();
     if (write(fd, req.data(), req.size()) != ssize_t(req.size())) return 1;
@@ -157,7 +224,7 @@ int main(int argc, char** argv) {
     while (!idle.empty() && due()) {
       Conn& c = conns[idle.back()];
       idle.pop_back();
-      const std::string& req = next_request();
+      const std::string& req = next_request(c);
       ++sent_total;
       c.asked = std::chrono::steady_clock::now();
       if (write(c.fd, req.data(), req.size()) != ssize_t(req.size())) return 1;
@@ -174,6 +241,7 @@ int main(int argc, char** argv) {
       while (c.rbuf.size() >= 4) {
         uint32_t size = ntohl(*reinterpret_cast<const uint32_t*>(c.rbuf.data()));
         if (c.rbuf.size() < 4 + size) break;
+        if (incremental_sessions && !take_session(c)) return 1;
         c.rbuf.erase(0, 4 + size);
         responses++;
         bytes += 4 + size;
@@ -185,7 +253,7 @@ int main(int argc, char** argv) {
           idle.push_back(int(events[i].data.u32));
           continue;
         }
-        const std::string& req = next_request();
+        const std::string& req = next_request(c);
         ++sent_total;
         c.asked = now;
         if (write(c.fd, req.data(), req.size()) != ssize_t(req.size())) return 1;
