@@ -32,11 +32,13 @@ struct Conn {
   int32_t correlation = 0;
 };
 
-// A Fetch v11 request in a fetch session, listing the one partition (a busy Java consumer's
-// incremental fetch lists the partitions whose fetch offset moved: here, every time).
+// A Fetch v11 request in a fetch session. The full one lists the partition; an incremental one
+// lists it too (a busy Java consumer's lists the partitions whose fetch offset moved) unless
+// `unchanged`: then it lists nothing, and the broker reads the session's partition at the
+// session's offset, as for a Java consumer whose position did not move.
 std::string session_fetch_request(const std::string& client_id, const std::string& topic,
                                   int partition, int64_t offset, int32_t max_wait_ms,
-                                  int32_t max_bytes, const Conn& c) {
+                                  int32_t max_bytes, const Conn& c, bool unchanged) {
   tb::Writer w;
   w.i32(0);
   w.i16(1);  // Fetch
@@ -50,14 +52,18 @@ std::string session_fetch_request(const std::string& client_id, const std::strin
   w.i8(0);
   w.i32(c.session_id);
   w.i32(c.next_epoch);
-  w.i32(1);
-  w.string(topic);
-  w.i32(1);
-  w.i32(partition);
-  w.i32(-1);  // current leader epoch
-  w.i64(offset);
-  w.i64(-1);  // log start offset (followers only)
-  w.i32(max_bytes);
+  if (unchanged && c.next_epoch > 0) {
+    w.i32(0);
+  } else {
+    w.i32(1);
+    w.string(topic);
+    w.i32(1);
+    w.i32(partition);
+    w.i32(-1);  // current leader epoch
+    w.i64(offset);
+    w.i64(-1);  // log start offset (followers only)
+    w.i32(max_bytes);
+  }
   w.i32(0);      // forgotten topics
   w.string("");  // rack id
   w.put_i32_at(0, int32_t(w.size() - 4));
@@ -158,13 +164,17 @@ int main(int argc, char** argv) {
   app.add_flag("--incremental-sessions", incremental_sessions,
                "fetch as the Java client does: Fetch v11 in a fetch session per connection, "
                "the full request that opens it, then incremental ones");
+  bool unchanged = false;
+  app.add_flag("--sessions-unchanged", unchanged,
+               "with --incremental-sessions: incremental requests list no partition (the "
+               "session's own, at its offset, is read)");
   CLI11_PARSE(app, argc, argv);
   uint64_t sent = 0;
   auto next_request = [&](Conn& c) -> const std::string& {
     static std::string churned;
     if (incremental_sessions) {
-      churned =
-          session_fetch_request(client_id, topic, partition, offset, max_wait_ms, max_bytes, c);
+      churned = session_fetch_request(client_id, topic, partition, offset, max_wait_ms, max_bytes,
+                                      c, unchanged);
       ++c.correlation;
       return churned;
     }

@@ -496,6 +496,35 @@ struct Decoder::Impl {
       topic->second.erase(p.partition);
       if (topic->second.empty()) session->topics.erase(topic);
     }
+    add_session_partitions(f, *session);
+  }
+
+  // An incremental request lists only what changed; the broker fetches every partition of the
+  // session (KIP-227), so a GET it causes may be for one the request did not list (a Java
+  // consumer whose position in it did not move). Those join the request as from_session, with
+  // the session's values, before anyone sees it.
+  void add_session_partitions(FetchExchange& f, const FetchSession& session) {
+    const std::size_t listed = f.partitions.size();
+    for (const auto& [key, parts] : session.topics) {
+      Uuid id;
+      if (session.by_id) std::memcpy(id.bytes.data(), key.data(), id.bytes.size());
+      const std::uint32_t topic_index =
+          response_topic_index(f, id, session.by_id ? std::string_view() : key, session.by_id);
+      for (const auto& [partition, values] : parts) {
+        bool in_request = false;
+        for (std::size_t i = 0; i < listed && !in_request; ++i)
+          in_request =
+              f.partitions[i].topic_index == topic_index && f.partitions[i].partition == partition;
+        if (in_request) continue;
+        FetchPartition& p = f.partitions.emplace_back();
+        p.topic_index = topic_index;
+        p.partition = partition;
+        p.from_session = true;
+        p.fetch_offset = values.fetch_offset;
+        p.partition_max_bytes = values.partition_max_bytes;
+        p.current_leader_epoch = values.current_leader_epoch;
+      }
+    }
   }
 
   void apply_fetch_response(Connection& c, Exchange& ex) {
@@ -691,10 +720,9 @@ struct Decoder::Impl {
     emit(c, ex);
   }
 
-  // The response partition (topic, partition) in the exchange: the request's entry, else a new
-  // one filled from the session.
-  FetchPartition& response_partition(Connection& c, DirectionState& d, Exchange& ex,
-                                     std::int32_t partition) {
+  // The response partition (topic, partition) in the exchange: the request's entry (an
+  // incremental request's hold its session's too), else a new one.
+  FetchPartition& response_partition(DirectionState& d, Exchange& ex, std::int32_t partition) {
     FetchExchange& f = ex.fetch;
     // Responses usually list partitions in request order: try the hint first.
     for (std::size_t n = 0, i = d.partition_hint; n < f.partitions.size(); ++n, ++i) {
@@ -708,20 +736,6 @@ struct Decoder::Impl {
     FetchPartition& p = f.partitions.emplace_back();
     p.topic_index = d.topic_index;
     p.partition = partition;
-    if (f.session_kind == FetchSessionKind::kIncremental) {
-      if (FetchSession* session = c.session(f.session_id)) {
-        auto topic = session->topics.find(topic_key(f.topics[d.topic_index], session->by_id));
-        if (topic != session->topics.end()) {
-          auto it = topic->second.find(partition);
-          if (it != topic->second.end()) {
-            p.from_session = true;
-            p.fetch_offset = it->second.fetch_offset;
-            p.partition_max_bytes = it->second.partition_max_bytes;
-            p.current_leader_epoch = it->second.current_leader_epoch;
-          }
-        }
-      }
-    }
     return p;
   }
 
@@ -824,7 +838,7 @@ struct Decoder::Impl {
         if (records < -1 || (records > 0 && static_cast<std::uint64_t>(records) > left - unit)) {
           return finish(false, true);
         }
-        FetchPartition& p = response_partition(c, d, ex, partition);
+        FetchPartition& p = response_partition(d, ex, partition);
         p.in_response = true;
         p.error_code = error;
         p.high_watermark = high_watermark;

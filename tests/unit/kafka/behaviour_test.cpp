@@ -1,5 +1,7 @@
 // Decoder behaviour beyond the vectors: secrets never surface, expiry, future versions counted,
 // sessions dropped on session errors, bounded state.
+#include <map>
+
 #include "vector_harness.h"
 
 using namespace fc::test;
@@ -136,6 +138,39 @@ TEST_CASE("a session error forgets the session; later incremental fetches are mi
   CHECK(sink.exchanges[2].fetch.error_code == 70);
   CHECK(decoder.counters().session_misses == 1);  // the retry found no session
   CHECK_FALSE(sink.exchanges[3].response_seen);
+}
+
+TEST_CASE("an incremental fetch carries its session's unlisted partitions when it arrives") {
+  // The full fetch opens session 31337 with orders 0, 1, 2; the incremental one lists 0 (moved
+  // to 150) and forgets 2. The broker fetches 1 too, at the session's offset, so a GET it causes
+  // must find 1 in the request: attribution looks when the request arrives, not at the response.
+  json c = conversation("node_clients.json", "platformatic_fetch_session_v13");
+  struct Requests : Collector {
+    std::vector<fc::kafka::Exchange> requests;
+    void on_request(const fc::kafka::Exchange& ex) override { requests.push_back(ex); }
+  } sink;
+  Decoder decoder(sink);
+  feed(decoder, frames_of(c), whole());
+  REQUIRE(sink.requests.size() == 3);
+  const fc::kafka::FetchExchange& incremental = sink.requests[2].fetch;
+  REQUIRE(incremental.session_kind == fc::kafka::FetchSessionKind::kIncremental);
+  std::map<std::int32_t, const fc::kafka::FetchPartition*> by_partition;
+  for (const auto& p : incremental.partitions) {
+    CHECK(incremental.topics[p.topic_index].name == "orders");
+    CHECK(by_partition.emplace(p.partition, &p).second);  // each once
+  }
+  REQUIRE(by_partition.size() == 2);
+  REQUIRE(by_partition.count(0));
+  REQUIRE(by_partition.count(1));
+  CHECK(by_partition[0]->in_request);
+  CHECK(by_partition[0]->fetch_offset == 150);
+  CHECK_FALSE(by_partition[1]->in_request);
+  CHECK(by_partition[1]->from_session);
+  CHECK(by_partition[1]->fetch_offset == 200);
+  CHECK(by_partition[1]->partition_max_bytes == 65536);
+  // The response's partition 1 fills the same entry: no second one.
+  REQUIRE(sink.exchanges.size() == 3);
+  CHECK(sink.exchanges[2].fetch.partitions.size() == 2);
 }
 
 TEST_CASE("connections and in-flight requests stay bounded") {
