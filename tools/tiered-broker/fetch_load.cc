@@ -32,50 +32,23 @@ struct Conn {
   int32_t correlation = 0;
 };
 
-// A Fetch v11 request in a fetch session. The full one lists the partition; an incremental one
-// lists it too (a busy Java consumer's lists the partitions whose fetch offset moved) unless
-// `unchanged`: then it lists nothing, and the broker reads the session's partition at the
-// session's offset, as for a Java consumer whose position did not move.
-std::string session_fetch_request(const std::string& client_id, const std::string& topic,
-                                  int partition, int64_t offset, int32_t max_wait_ms,
-                                  int32_t max_bytes, const Conn& c, bool unchanged) {
-  tb::Writer w;
-  w.i32(0);
-  w.i16(1);  // Fetch
-  w.i16(11);
-  w.i32(c.correlation);
-  w.string(client_id);
-  w.i32(-1);  // replica id
-  w.i32(max_wait_ms);
-  w.i32(1);  // min bytes
-  w.i32(max_bytes);
-  w.i8(0);
-  w.i32(c.session_id);
-  w.i32(c.next_epoch);
-  if (unchanged && c.next_epoch > 0) {
-    w.i32(0);
-  } else {
-    w.i32(1);
-    w.string(topic);
-    w.i32(1);
-    w.i32(partition);
-    w.i32(-1);  // current leader epoch
-    w.i64(offset);
-    w.i64(-1);  // log start offset (followers only)
-    w.i32(max_bytes);
-  }
-  w.i32(0);      // forgotten topics
-  w.string("");  // rack id
-  w.put_i32_at(0, int32_t(w.size() - 4));
-  return std::move(w.buf());
-}
+// Where a request stands in its connection's fetch session (--incremental-sessions).
+struct SessionFields {
+  int32_t id = 0, epoch = 0;  // 0 and 0: the full request that opens the session
+  bool lists_partition = true;
+};
 
+// A Fetch request of one partition: v4 without a session, or v11 in `session`. An incremental
+// request lists the partition (a busy Java consumer's lists the partitions whose fetch offset
+// moved) unless !lists_partition: then the broker reads the session's partition at the
+// session's offset, as for a Java consumer whose position did not move.
 std::string fetch_request(const std::string& client_id, const std::string& topic, int partition,
-                          int64_t offset, int32_t max_wait_ms, int32_t max_bytes, int32_t corr) {
+                          int64_t offset, int32_t max_wait_ms, int32_t max_bytes, int32_t corr,
+                          const SessionFields* session = nullptr) {
   tb::Writer w;
   w.i32(0);
   w.i16(1);  // Fetch
-  w.i16(4);
+  w.i16(session ? 11 : 4);
   w.i32(corr);
   w.string(client_id);
   w.i32(-1);  // replica id
@@ -83,12 +56,26 @@ std::string fetch_request(const std::string& client_id, const std::string& topic
   w.i32(1);  // min bytes
   w.i32(max_bytes);
   w.i8(0);
-  w.i32(1);
-  w.string(topic);
-  w.i32(1);
-  w.i32(partition);
-  w.i64(offset);
-  w.i32(max_bytes);
+  if (session) {
+    w.i32(session->id);
+    w.i32(session->epoch);
+  }
+  if (session && !session->lists_partition) {
+    w.i32(0);
+  } else {
+    w.i32(1);
+    w.string(topic);
+    w.i32(1);
+    w.i32(partition);
+    if (session) w.i32(-1);  // current leader epoch
+    w.i64(offset);
+    if (session) w.i64(-1);  // log start offset (followers only)
+    w.i32(max_bytes);
+  }
+  if (session) {
+    w.i32(0);      // forgotten topics
+    w.string("");  // rack id
+  }
   w.put_i32_at(0, int32_t(w.size() - 4));
   return std::move(w.buf());
 }
@@ -173,8 +160,9 @@ int main(int argc, char** argv) {
   auto next_request = [&](Conn& c) -> const std::string& {
     static std::string churned;
     if (incremental_sessions) {
-      churned = session_fetch_request(client_id, topic, partition, offset, max_wait_ms, max_bytes,
-                                      c, unchanged);
+      const SessionFields session{c.session_id, c.next_epoch, !unchanged || c.next_epoch == 0};
+      churned = fetch_request(client_id, topic, partition, offset, max_wait_ms, max_bytes,
+                              c.correlation, &session);
       ++c.correlation;
       return churned;
     }

@@ -509,7 +509,7 @@ struct Decoder::Impl {
       Uuid id;
       if (session.by_id) std::memcpy(id.bytes.data(), key.data(), id.bytes.size());
       const std::uint32_t topic_index =
-          response_topic_index(f, id, session.by_id ? std::string_view() : key, session.by_id);
+          topic_index_of(f, id, session.by_id ? std::string_view() : key, session.by_id);
       for (const auto& [partition, values] : parts) {
         bool in_request = false;
         for (std::size_t i = 0; i < listed && !in_request; ++i)
@@ -739,8 +739,9 @@ struct Decoder::Impl {
     return p;
   }
 
-  std::uint32_t response_topic_index(FetchExchange& f, const Uuid& id, std::string_view name,
-                                     bool by_id) {
+  // The index of the topic (by id from v13, else by name) in f.topics, added if missing.
+  std::uint32_t topic_index_of(FetchExchange& f, const Uuid& id, std::string_view name,
+                               bool by_id) {
     for (std::uint32_t i = 0; i < f.topics.size(); ++i) {
       if (by_id ? f.topics[i].id == id : f.topics[i].name == name) return i;
     }
@@ -809,7 +810,7 @@ struct Decoder::Impl {
         std::uint32_t partitions = r.array(flexible, 0);
         if (!r.ok) return incomplete();
         if (partitions > left) return finish(false, true);
-        d.topic_index = response_topic_index(f, id, name, version >= 13);
+        d.topic_index = topic_index_of(f, id, name, version >= 13);
         d.partitions_left = partitions;
         d.step = partitions ? FetchStep::kPartition
                             : (flexible ? FetchStep::kTopicTags : FetchStep::kTopic);
