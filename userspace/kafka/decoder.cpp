@@ -30,6 +30,7 @@ struct SessionPartition {
   std::int64_t fetch_offset;
   std::int32_t partition_max_bytes;
   std::int32_t current_leader_epoch;
+  std::uint64_t listed_by = 0;  // the incremental request that last listed it (Impl::requests)
 };
 
 struct FetchSession {
@@ -156,7 +157,8 @@ struct Decoder::Impl {
   std::vector<ApiCount> api_table = std::vector<ApiCount>(kTableKeys * kTableVersions);
   std::map<std::uint32_t, ApiCount> api_counts;  // (key << 16 | version), outside the table
   std::uint64_t now_ns = 0;
-  Exchange scratch;  // resync verification decodes into it
+  std::uint64_t incremental_fetches = 0;  // numbers each incremental request (listed_by)
+  Exchange scratch;                       // resync verification decodes into it
   Connection* last_connection = nullptr;
   // The connections that got bytes since the last close_gaps: only they can have gaps to close
   // or frames to finish (a sweep of every connection took 10-20 ms with 15,000 open).
@@ -476,6 +478,7 @@ struct Decoder::Impl {
       return;
     }
     session->epoch = f.session_epoch;
+    const std::uint64_t request = ++incremental_fetches;
     std::size_t total = session->size();
     for (auto& p : f.partitions) {
       auto& parts = session->topics[topic_key(f.topics[p.topic_index], session->by_id)];
@@ -488,7 +491,7 @@ struct Decoder::Impl {
         ++total;
       }
       p.added_to_session = inserted;
-      it->second = {p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch};
+      it->second = {p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch, request};
     }
     for (auto& p : f.forgotten) {
       auto topic = session->topics.find(topic_key(f.topics[p.topic_index], session->by_id));
@@ -496,26 +499,22 @@ struct Decoder::Impl {
       topic->second.erase(p.partition);
       if (topic->second.empty()) session->topics.erase(topic);
     }
-    add_session_partitions(f, *session);
+    add_session_partitions(f, *session, request);
   }
 
   // An incremental request lists only what changed; the broker fetches every partition of the
   // session (KIP-227), so a GET it causes may be for one the request did not list (a Java
   // consumer whose position in it did not move). Those join the request as from_session, with
   // the session's values, before anyone sees it.
-  void add_session_partitions(FetchExchange& f, const FetchSession& session) {
-    const std::size_t listed = f.partitions.size();
+  void add_session_partitions(FetchExchange& f, const FetchSession& session,
+                              std::uint64_t request) {
     for (const auto& [key, parts] : session.topics) {
       Uuid id;
       if (session.by_id) std::memcpy(id.bytes.data(), key.data(), id.bytes.size());
       const std::uint32_t topic_index =
           topic_index_of(f, id, session.by_id ? std::string_view() : key, session.by_id);
       for (const auto& [partition, values] : parts) {
-        bool in_request = false;
-        for (std::size_t i = 0; i < listed && !in_request; ++i)
-          in_request =
-              f.partitions[i].topic_index == topic_index && f.partitions[i].partition == partition;
-        if (in_request) continue;
+        if (values.listed_by == request) continue;  // the request's own entry
         FetchPartition& p = f.partitions.emplace_back();
         p.topic_index = topic_index;
         p.partition = partition;
