@@ -508,11 +508,14 @@ struct Decoder::Impl {
   // the session's values, before anyone sees it.
   void add_session_partitions(FetchExchange& f, const FetchSession& session,
                               std::uint64_t request) {
+    // The session's topics are distinct: only the request's own need searching (a session of
+    // many topics would otherwise search its own, one by one).
+    const std::size_t request_topics = f.topics.size();
     for (const auto& [key, parts] : session.topics) {
       Uuid id;
       if (session.by_id) std::memcpy(id.bytes.data(), key.data(), id.bytes.size());
-      const std::uint32_t topic_index =
-          topic_index_of(f, id, session.by_id ? std::string_view() : key, session.by_id);
+      const std::uint32_t topic_index = topic_index_of(
+          f, id, session.by_id ? std::string_view() : key, session.by_id, request_topics);
       for (const auto& [partition, values] : parts) {
         if (values.listed_by == request) continue;  // the request's own entry
         FetchPartition& p = f.partitions.emplace_back();
@@ -738,10 +741,11 @@ struct Decoder::Impl {
     return p;
   }
 
-  // The index of the topic (by id from v13, else by name) in f.topics, added if missing.
-  std::uint32_t topic_index_of(FetchExchange& f, const Uuid& id, std::string_view name,
-                               bool by_id) {
-    for (std::uint32_t i = 0; i < f.topics.size(); ++i) {
+  // The index of the topic (by id from v13, else by name) in f.topics, added if it is not among
+  // the first `searched`.
+  std::uint32_t topic_index_of(FetchExchange& f, const Uuid& id, std::string_view name, bool by_id,
+                               std::size_t searched = SIZE_MAX) {
+    for (std::uint32_t i = 0; i < f.topics.size() && i < searched; ++i) {
       if (by_id ? f.topics[i].id == id : f.topics[i].name == name) return i;
     }
     FetchTopic& t = f.topics.emplace_back();

@@ -32,6 +32,11 @@ struct Encoder {
     compact ? uvarint(static_cast<std::uint32_t>(s.size() + 1)) : i16(static_cast<int>(s.size()));
     b.insert(b.end(), s.begin(), s.end());
   }
+  // Topic t's id (v13+): distinct for every t below 65,536.
+  void topic_id(int t) {
+    i16(t);
+    for (int i = 2; i < 16; ++i) i8(i + 1);
+  }
   void frame_size_prefix() {
     auto n = static_cast<std::uint32_t>(b.size());
     std::uint8_t head[4] = {std::uint8_t(n >> 24), std::uint8_t(n >> 16), std::uint8_t(n >> 8),
@@ -40,21 +45,28 @@ struct Encoder {
   }
 };
 
+// Where a request stands in a fetch session: sessionless (0, -1), the full request that opens
+// one (0, 0), or an incremental one (the session's id, epoch > 0).
+struct SessionFields {
+  std::int32_t id = 0, epoch = -1;
+};
+
 // A consumer's Fetch request: partitions spread over topics of 10 partitions each.
-std::vector<std::uint8_t> fetch_request(int version, int correlation, int partitions) {
+std::vector<std::uint8_t> fetch_request(int version, int correlation, int partitions,
+                                        SessionFields session = {}) {
   const bool flexible = version >= 12;
   Encoder e;
   e.i16(1), e.i16(version), e.i32(correlation), e.str("consumer-orders-app-1", false);
   if (flexible) e.uvarint(0);
   if (version <= 14) e.i32(-1);
-  e.i32(500), e.i32(1), e.i32(52428800), e.i8(0), e.i32(0), e.i32(-1);
+  e.i32(500), e.i32(1), e.i32(52428800), e.i8(0), e.i32(session.id), e.i32(session.epoch);
   int topics = (partitions + 9) / 10;
   flexible ? e.uvarint(topics + 1) : e.i32(topics);
   for (int t = 0, left = partitions; t < topics; ++t) {
     int n = left < 10 ? left : 10;
     left -= n;
     if (version >= 13) {
-      for (int i = 0; i < 16; ++i) e.i8(t * 16 + i + 1);
+      e.topic_id(t);
     } else {
       e.str("orders-topic-" + std::to_string(t), flexible);
     }
@@ -80,7 +92,7 @@ struct Response {
   std::uint32_t records = 4096;
 };
 
-Response fetch_response(int version, int correlation, int partitions) {
+Response fetch_response(int version, int correlation, int partitions, std::int32_t session_id = 0) {
   const bool flexible = version >= 12;
   Response r;
   Encoder e;
@@ -89,14 +101,14 @@ Response fetch_response(int version, int correlation, int partitions) {
   std::vector<std::size_t> records_at;
   e.i32(correlation);
   if (flexible) e.uvarint(0);
-  e.i32(0), e.i16(0), e.i32(0);
+  e.i32(0), e.i16(0), e.i32(session_id);
   int topics = (partitions + 9) / 10;
   flexible ? e.uvarint(topics + 1) : e.i32(topics);
   for (int t = 0, left = partitions; t < topics; ++t) {
     int n = left < 10 ? left : 10;
     left -= n;
     if (version >= 13) {
-      for (int i = 0; i < 16; ++i) e.i8(t * 16 + i + 1);
+      e.topic_id(t);
     } else {
       e.str("orders-topic-" + std::to_string(t), flexible);
     }
@@ -140,13 +152,19 @@ double now_s() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
-void bench(int version, int partitions, bool with_responses) {
+// With `session_partitions` > 0 the requests are incremental ones of a fetch session that
+// holds that many partitions (opened first), each listing `partitions` of them, as a busy Java
+// consumer's do; the decoder adds the session's unlisted ones to each request.
+void bench(int version, int partitions, bool with_responses, int session_partitions = 0) {
   constexpr int kDistinct = 64;  // distinct correlation ids, cycled
+  constexpr std::int32_t kSession = 7;
+  const SessionFields incremental =
+      session_partitions > 0 ? SessionFields{kSession, 1} : SessionFields{};
   std::vector<std::vector<std::uint8_t>> requests;
   std::vector<Response> responses;
   for (int i = 0; i < kDistinct; ++i) {
-    requests.push_back(fetch_request(version, i, partitions));
-    responses.push_back(fetch_response(version, i, partitions));
+    requests.push_back(fetch_request(version, i, partitions, incremental));
+    responses.push_back(fetch_response(version, i, partitions, incremental.id));
   }
   CountingSink sink;
   fc::kafka::Options options;
@@ -156,6 +174,28 @@ void bench(int version, int partitions, bool with_responses) {
   const std::uint64_t conn = 1;
   decoder.open(conn, 0);
   std::uint64_t req_pos = 0, resp_pos = 0, time = 1, n = 0, bytes = 0;
+  auto exchange = [&](const std::vector<std::uint8_t>& req, const Response& resp) {
+    decoder.data(conn, fc::kafka::Direction::kRequest, time++, req_pos, req.size(), req);
+    req_pos += req.size();
+    for (std::size_t i = 0; i < resp.captured.size(); ++i) {
+      const auto& piece = resp.captured[i];
+      decoder.data(conn, fc::kafka::Direction::kResponse, time, resp_pos, piece.size(), piece);
+      resp_pos += piece.size();
+      if (i + 1 < resp.captured.size()) {  // records: a sendfile hole, length only
+        decoder.data(conn, fc::kafka::Direction::kResponse, time, resp_pos, resp.records, {});
+        resp_pos += resp.records;
+      }
+    }
+  };
+  if (session_partitions > 0) {  // the full request that opens the session
+    exchange(fetch_request(version, kDistinct, session_partitions, {0, 0}),
+             fetch_response(version, kDistinct, session_partitions, kSession));
+    if (sink.exchanges != 1) {
+      std::fprintf(stderr, "bench: the session's full fetch was not decoded\n");
+      std::exit(1);
+    }
+  }
+  const std::uint64_t partitions_before = sink.partitions;
   // Best of 5 runs of ~0.25 s CPU time each: the machine may be shared, and interference only
   // ever makes a run slower.
   double best_rate = 0, best_bytes_rate = 0;
@@ -165,20 +205,13 @@ void bench(int version, int partitions, bool with_responses) {
     while (elapsed < 0.25) {
       for (int batch = 0; batch < 2048; ++batch, ++n, ++run_n) {
         const auto& req = requests[n % kDistinct];
-        decoder.data(conn, fc::kafka::Direction::kRequest, time++, req_pos, req.size(), req);
-        req_pos += req.size();
         run_bytes += req.size();
-        if (!with_responses) continue;
-        const auto& resp = responses[n % kDistinct];
-        for (std::size_t i = 0; i < resp.captured.size(); ++i) {
-          const auto& piece = resp.captured[i];
-          decoder.data(conn, fc::kafka::Direction::kResponse, time, resp_pos, piece.size(), piece);
-          resp_pos += piece.size();
-          if (i + 1 < resp.captured.size()) {  // records: a sendfile hole, length only
-            decoder.data(conn, fc::kafka::Direction::kResponse, time, resp_pos, resp.records, {});
-            resp_pos += resp.records;
-          }
+        if (!with_responses) {
+          decoder.data(conn, fc::kafka::Direction::kRequest, time++, req_pos, req.size(), req);
+          req_pos += req.size();
+          continue;
         }
+        exchange(req, responses[n % kDistinct]);
       }
       elapsed = now_s() - start;
     }
@@ -189,16 +222,25 @@ void bench(int version, int partitions, bool with_responses) {
     }
   }
   const auto& c = decoder.counters();
-  if (c.parse_errors || c.resyncs || (with_responses && sink.exchanges + 1 < n)) {
+  // Each incremental exchange carries the whole session: its listed partitions and the rest.
+  const bool whole_sessions =
+      session_partitions == 0 || sink.partitions - partitions_before ==
+                                     (sink.exchanges - 1) * std::uint64_t(session_partitions);
+  if (c.parse_errors || c.resyncs || (with_responses && sink.exchanges + 1 < n) ||
+      !whole_sessions) {
     std::fprintf(stderr,
                  "bench: decoding went wrong (errors %lu, resyncs %lu, exchanges %lu/%lu)\n",
                  (unsigned long)c.parse_errors, (unsigned long)c.resyncs,
                  (unsigned long)sink.exchanges, (unsigned long)n);
     std::exit(1);
   }
+  const std::string input =
+      session_partitions > 0
+          ? "incremental, session of " + std::to_string(session_partitions) + ", + response"
+      : with_responses ? "request + response"
+                       : "request stream only";
   std::printf("| v%-2d | %3d | %-22s | %8.2f M/s | %8.1f MB/s | %5.0f ns |\n", version, partitions,
-              with_responses ? "request + response" : "request stream only", best_rate / 1e6,
-              best_bytes_rate / 1e6, 1e9 / best_rate);
+              input.c_str(), best_rate / 1e6, best_bytes_rate / 1e6, 1e9 / best_rate);
 }
 
 }  // namespace
@@ -217,6 +259,7 @@ int main(int argc, char** argv) {
       bench(version, partitions, false);
       bench(version, partitions, true);
     }
+    for (int session_partitions : {10, 100, 1000}) bench(version, 1, true, session_partitions);
   }
   return 0;
 }
