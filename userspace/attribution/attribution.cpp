@@ -147,10 +147,11 @@ struct Attributor::Impl {
 
   Impl(Sink& s, const LocalTier* t, Options o) : sink(s), tier(t), options(o) {}
 
-  bool possibly_remote(const PendingPartition& p) const {
-    if (p.fetch_offset < 0) return false;
+  bool possibly_remote(std::string_view topic, std::int32_t partition,
+                       std::int64_t fetch_offset) const {
+    if (fetch_offset < 0) return false;
     if (tier) {
-      if (auto start = tier->local_log_start(p.topic, p.partition)) return p.fetch_offset < *start;
+      if (auto start = tier->local_log_start(topic, partition)) return fetch_offset < *start;
     }
     return options.unknown_partitions_possibly_remote;
   }
@@ -277,20 +278,33 @@ struct Attributor::Impl {
     fetch.correlation_id = request.correlation_id;
     fetch.request_ns = request.request_time_ns;
     bool seen_known_remote = false;
+    // Each topic named once: an incremental request carries its whole session, mostly
+    // partitions read locally, which need no copy of their names.
+    struct Names {
+      bool resolved = false;
+      std::string topic, topic_id;
+    };
+    std::vector<Names> names(fx.topics.size());
     for (const auto& p : fx.partitions) {
       if (!p.in_request && !p.from_session) continue;
       if (p.topic_index >= fx.topics.size()) continue;
-      PendingPartition part;
-      part.topic = fx.topics[p.topic_index].name;
-      if (!fx.topics[p.topic_index].id.is_zero())
-        part.topic_id = fx.topics[p.topic_index].id.to_base64();
-      if (part.topic.empty() && !part.topic_id.empty() && tier) {
-        if (auto name = tier->topic_name(part.topic_id)) part.topic = std::move(*name);
+      Names& n = names[p.topic_index];
+      if (!n.resolved) {
+        n.resolved = true;
+        n.topic = fx.topics[p.topic_index].name;
+        if (!fx.topics[p.topic_index].id.is_zero())
+          n.topic_id = fx.topics[p.topic_index].id.to_base64();
+        if (n.topic.empty() && !n.topic_id.empty() && tier) {
+          if (auto name = tier->topic_name(n.topic_id)) n.topic = std::move(*name);
+        }
       }
+      if (!possibly_remote(n.topic, p.partition, p.fetch_offset)) continue;
+      PendingPartition part;
+      part.topic = n.topic;
+      part.topic_id = n.topic_id;
       part.partition = p.partition;
       part.fetch_offset = p.fetch_offset;
       part.max_bytes = p.partition_max_bytes;
-      if (!possibly_remote(part)) continue;
       // Kafka <= 4.1 reads one partition remotely: the first remote one with data (its high
       // watermark is only known from the response). Later ones stay candidates, ranked lower.
       part.first_remote = !options.one_remote_partition_per_fetch || !seen_known_remote;
