@@ -65,7 +65,10 @@ const std::string kTopic = "orders";
 // fetches are answered in another order than they came, and 6 ms after a local fetch), over
 // `partitions` partitions in turn (1: a hot partition every consumer re-reads, whose answered
 // fetches all wait in one list).
-Result run(double fetches_s, double gets_s, std::int32_t partitions, double seconds) {
+// With `session` > 1 each fetch carries session - 1 more partitions read locally, as an
+// incremental fetch of a Java consumer carries its whole session.
+Result run(double fetches_s, double gets_s, std::int32_t partitions, double seconds,
+           std::int32_t session = 1) {
   Tier tier;
   Counting sink;
   fc::attribution::Attributor attributor(sink, &tier);
@@ -99,7 +102,14 @@ Result run(double fetches_s, double gets_s, std::int32_t partitions, double seco
   request.api_version = 12;
   request.body_decoded = true;
   request.fetch.topics.push_back({kTopic, {}});
-  request.fetch.partitions.resize(1);
+  request.fetch.partitions.resize(static_cast<std::size_t>(session));
+  for (std::int32_t k = 1; k < session; ++k) {
+    auto& p = request.fetch.partitions[static_cast<std::size_t>(k)];
+    p.partition = 100'000 + k;
+    p.fetch_offset = kLocalOffset;
+    p.partition_max_bytes = 1 << 20;
+    p.from_session = true;
+  }
 
   auto deliver = [&](const Event& e) {
     if (e.kind == 0) {
@@ -202,21 +212,23 @@ int main(int argc, char** argv) {
       "simulated per row, this thread's CPU time\n\n",
       kConsumers, seconds);
   std::printf(
-      "| fetches/s | GETs/s | partitions | pending fetches (max) | CPU ns per fetch "
-      "| CPU ns per GET | CPU share at that rate | GETs to their own client | unattributed |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+      "| fetches/s | GETs/s | partitions | partitions per fetch | pending fetches (max) | CPU ns "
+      "per fetch | CPU ns per GET | CPU share at that rate | GETs to their own client | "
+      "unattributed |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   struct Row {
     double fetches_s, gets_s;
-    std::int32_t partitions;
+    std::int32_t partitions, session = 1;
   };
-  const Row rows[] = {{1000, 500, 8},   {5000, 1000, 8},  {10000, 5000, 8},
-                      {50000, 5000, 8}, {10000, 5000, 1}, {50000, 5000, 1}};
+  const Row rows[] = {{1000, 500, 8},      {5000, 1000, 8},     {10000, 5000, 8},
+                      {50000, 5000, 8},    {10000, 5000, 1},    {50000, 5000, 1},
+                      {1000, 500, 8, 100}, {1000, 500, 8, 1000}};
   for (const Row& row : rows) {
-    const Result r = run(row.fetches_s, row.gets_s, row.partitions, seconds);
-    std::printf("| %.0f | %.0f | %d | %zu | %.0f | %.0f | %.2f%% | %.2f%% | %llu |\n",
-                row.fetches_s, row.gets_s, row.partitions, r.pending_max, r.ns_per_fetch,
-                r.ns_per_get, r.ns_per_fetch * row.fetches_s / 1e7, 100 * r.right_share,
-                static_cast<unsigned long long>(r.unattributed));
+    const Result r = run(row.fetches_s, row.gets_s, row.partitions, seconds, row.session);
+    std::printf("| %.0f | %.0f | %d | %d | %zu | %.0f | %.0f | %.2f%% | %.2f%% | %llu |\n",
+                row.fetches_s, row.gets_s, row.partitions, row.session, r.pending_max,
+                r.ns_per_fetch, r.ns_per_get, r.ns_per_fetch * row.fetches_s / 1e7,
+                100 * r.right_share, static_cast<unsigned long long>(r.unattributed));
     std::fflush(stdout);
   }
   return 0;
