@@ -292,9 +292,8 @@ void add_fetches(std::vector<Exchange>& list, std::int16_t version, std::int32_t
 // probe is the FC_PAUSE_AFTER_REPORTS-th report in a row, which pauses it again. In the second
 // pause every fetch is quiet and read split, so its first probe is left out and ends the pause;
 // then a fetch with a GET, one more quiet fetch read whole (held again: left out) and one with a
-// GET. The local consumer's first
-// FC_PAUSE_AFTER_REPORTS - 1 fetches are held while the remote consumer's GETs leave, then it
-// makes one quiet fetch and one with a GET of its own.
+// GET. The local consumer's first FC_PAUSE_AFTER_REPORTS - 1 fetches are held while the remote
+// consumer's GETs leave, then it makes one quiet fetch and one with a GET of its own.
 std::vector<Exchange> remote_consumer() {
   std::vector<Exchange> list;
   std::int32_t correlation = 100;

@@ -1,5 +1,6 @@
 // Decoder behaviour beyond the vectors: secrets never surface, expiry, future versions counted,
-// sessions dropped on session errors, bounded state.
+// sessions dropped on session errors, an incremental fetch's unlisted session partitions, bounded
+// state.
 #include <map>
 
 #include "vector_harness.h"
