@@ -145,6 +145,13 @@ struct Attributor::Impl {
   };
   std::vector<HeldFailure> failures;
 
+  // track()'s names of a request's topics, kept so that a fetch allocates none.
+  struct TopicNames {
+    bool resolved = false;
+    std::string topic, topic_id;
+  };
+  std::vector<TopicNames> track_names;
+
   Impl(Sink& s, const LocalTier* t, Options o) : sink(s), tier(t), options(o) {}
 
   bool possibly_remote(std::string_view topic, std::int32_t partition,
@@ -280,15 +287,12 @@ struct Attributor::Impl {
     bool seen_known_remote = false;
     // Each topic named once: an incremental request carries its whole session, mostly
     // partitions read locally, which need no copy of their names.
-    struct Names {
-      bool resolved = false;
-      std::string topic, topic_id;
-    };
-    std::vector<Names> names(fx.topics.size());
+    std::vector<TopicNames>& names = track_names;
+    names.assign(fx.topics.size(), TopicNames{});
     for (const auto& p : fx.partitions) {
       if (!p.in_request && !p.from_session) continue;
       if (p.topic_index >= fx.topics.size()) continue;
-      Names& n = names[p.topic_index];
+      TopicNames& n = names[p.topic_index];
       if (!n.resolved) {
         n.resolved = true;
         n.topic = fx.topics[p.topic_index].name;

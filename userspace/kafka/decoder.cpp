@@ -26,11 +26,22 @@ std::string topic_key(const FetchTopic& topic, bool by_id) {
   return topic.name;
 }
 
+// The topic a session key stands for: topic_key's inverse.
+FetchTopic topic_of_key(const std::string& key, bool by_id) {
+  FetchTopic topic;
+  if (by_id)
+    std::memcpy(topic.id.bytes.data(), key.data(), topic.id.bytes.size());
+  else
+    topic.name = key;
+  return topic;
+}
+
 struct SessionPartition {
   std::int64_t fetch_offset;
   std::int32_t partition_max_bytes;
   std::int32_t current_leader_epoch;
-  std::uint64_t listed_by = 0;  // the incremental request that last listed it (Impl::requests)
+  // the incremental request that last listed it (Impl::incremental_fetches)
+  std::uint64_t listed_by = 0;
 };
 
 struct FetchSession {
@@ -512,10 +523,9 @@ struct Decoder::Impl {
     // many topics would otherwise search its own, one by one).
     const std::size_t request_topics = f.topics.size();
     for (const auto& [key, parts] : session.topics) {
-      Uuid id;
-      if (session.by_id) std::memcpy(id.bytes.data(), key.data(), id.bytes.size());
-      const std::uint32_t topic_index = topic_index_of(
-          f, id, session.by_id ? std::string_view() : key, session.by_id, request_topics);
+      const FetchTopic topic = topic_of_key(key, session.by_id);
+      const std::uint32_t topic_index =
+          topic_index_of(f, topic.id, topic.name, session.by_id, request_topics);
       for (const auto& [partition, values] : parts) {
         if (values.listed_by == request) continue;  // the request's own entry
         FetchPartition& p = f.partitions.emplace_back();
@@ -723,7 +733,7 @@ struct Decoder::Impl {
   }
 
   // The response partition (topic, partition) in the exchange: the request's entry (an
-  // incremental request's hold its session's too), else a new one.
+  // incremental request's entries hold its session's partitions too), else a new one.
   FetchPartition& response_partition(DirectionState& d, Exchange& ex, std::int32_t partition) {
     FetchExchange& f = ex.fetch;
     // Responses usually list partitions in request order: try the hint first.
