@@ -649,7 +649,9 @@ struct Service::Impl {
       if (pipe) {  // how much of the Kafka streams the capture's holes cost the decoder
         const auto s = pipe->stats();
         doc["kafka_decoder"] = {{"frames_truncated", s.kafka_frames_truncated},
-                                {"resyncs", s.kafka_resyncs}};
+                                {"resyncs", s.kafka_resyncs},
+                                {"session_misses", s.kafka_session_misses},
+                                {"session_partitions_capped", s.kafka_session_partitions_capped}};
       }
       const auto st = sensors.stats();
       doc["sensors"] = {{"live", st.live_sensors},

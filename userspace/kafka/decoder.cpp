@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "kafka/bodies.h"
@@ -14,6 +15,7 @@ namespace {
 constexpr std::int16_t kFetchSessionIdNotFound = 70;
 constexpr std::int16_t kInvalidFetchSessionEpoch = 71;
 constexpr std::size_t kMaxSessionsPerConnection = 8;
+constexpr std::size_t kKeptPartitions = 1024;  // per recycled exchange (about 56 KiB)
 constexpr std::size_t kMaxClientIdScan = 255;  // longer client ids are not trusted when resyncing
 // Response bytes held while waiting for the request they answer (see DirectionState::holding).
 constexpr std::size_t kMaxHeldResponseBytes = 64u << 10;
@@ -113,7 +115,21 @@ struct Connection {
     ex->clear();
     return ex;
   }
-  void release(Exchange* ex) { free.push_back(ex); }
+  // A recycled exchange keeps its vectors' memory for the next request, unless one is larger
+  // than a consumer's requests need: a connection keeps up to max_in_flight of them.
+  void release(Exchange* ex) {
+    // (Assigning {} would keep the capacity: it assigns an empty list.)
+    if (ex->fetch.partitions.capacity() > kKeptPartitions)
+      ex->fetch.partitions = std::vector<FetchPartition>();
+    if (ex->fetch.topics.capacity() > kKeptPartitions) ex->fetch.topics = std::vector<FetchTopic>();
+    free.push_back(ex);
+  }
+  // Partitions that this connection's requests in flight carry from a session.
+  std::size_t session_partitions_in_flight() const {
+    std::size_t n = 0;
+    for (const Exchange* ex : in_flight) n += ex->fetch.from_session;
+    return n;
+  }
   FetchSession* session(std::int32_t session_id) {
     for (auto& s : sessions) {
       if (s.id == session_id) return &s;
@@ -497,6 +513,7 @@ struct Decoder::Impl {
       if (inserted) {
         if (total >= options.max_session_partitions) {
           parts.erase(it);
+          ++counters.session_partitions_capped;
           continue;
         }
         ++total;
@@ -510,26 +527,38 @@ struct Decoder::Impl {
       topic->second.erase(p.partition);
       if (topic->second.empty()) session->topics.erase(topic);
     }
-    add_session_partitions(f, *session, request);
+    add_session_partitions(c, f, *session, request);
   }
 
   // An incremental request lists only what changed; the broker fetches every partition of the
   // session (KIP-227), so a GET it causes may be for one the request did not list (a Java
   // consumer whose position in it did not move). Those join the request as from_session, with
-  // the session's values, before anyone sees it.
-  void add_session_partitions(FetchExchange& f, const FetchSession& session,
+  // the session's values, before anyone sees it. A client that pipelines requests on a large
+  // session would hold it once per request in flight: they carry at most max_session_partitions
+  // of it between them.
+  void add_session_partitions(const Connection& c, FetchExchange& f, const FetchSession& session,
                               std::uint64_t request) {
+    const std::size_t carried = c.session_partitions_in_flight();
+    const std::size_t budget =
+        options.max_session_partitions > carried ? options.max_session_partitions - carried : 0;
     // The session's topics are distinct: only the request's own need searching (a session of
     // many topics would otherwise search its own, one by one).
     const std::size_t request_topics = f.topics.size();
     for (const auto& [key, parts] : session.topics) {
-      const FetchTopic topic = topic_of_key(key, session.by_id);
-      const std::uint32_t topic_index =
-          topic_index_of(f, topic.id, topic.name, session.by_id, request_topics);
+      std::optional<std::uint32_t> topic_index;  // the request's, for its first partition carried
       for (const auto& [partition, values] : parts) {
         if (values.listed_by == request) continue;  // the request's own entry
+        if (f.from_session >= budget) {
+          ++counters.session_partitions_capped;
+          continue;
+        }
+        if (!topic_index) {
+          const FetchTopic topic = topic_of_key(key, session.by_id);
+          topic_index = topic_index_of(f, topic.id, topic.name, session.by_id, request_topics);
+        }
+        ++f.from_session;
         FetchPartition& p = f.partitions.emplace_back();
-        p.topic_index = topic_index;
+        p.topic_index = *topic_index;
         p.partition = partition;
         p.from_session = true;
         p.fetch_offset = values.fetch_offset;
@@ -554,7 +583,11 @@ struct Decoder::Impl {
     session.by_id = ex.api_version >= 13;
     std::size_t total = 0;
     for (auto& p : f.partitions) {
-      if (!p.in_request || total >= options.max_session_partitions) continue;
+      if (!p.in_request) continue;
+      if (total >= options.max_session_partitions) {
+        ++counters.session_partitions_capped;
+        continue;
+      }
       session.topics[topic_key(f.topics[p.topic_index], session.by_id)][p.partition] = {
           p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch};
       ++total;

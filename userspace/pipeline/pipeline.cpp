@@ -587,6 +587,8 @@ PipelineStats Pipeline::stats() const {
   s.kafka_parse_errors = kafka.parse_errors;
   s.kafka_frames_truncated = kafka.frames_truncated;
   s.kafka_resyncs = kafka.resyncs;
+  s.kafka_session_misses = kafka.session_misses;
+  s.kafka_session_partitions_capped = kafka.session_partitions_capped;
   s.http_retried_requests = impl_->http_retried_requests;
   return s;
 }

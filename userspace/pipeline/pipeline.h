@@ -94,6 +94,8 @@ struct PipelineStats {
   std::uint64_t kafka_parse_errors = 0;
   std::uint64_t kafka_frames_truncated = 0;  // decoded with part of the frame in a capture hole
   std::uint64_t kafka_resyncs = 0;           // framing lost and found again
+  std::uint64_t kafka_session_misses = 0;    // incremental fetches of a session never seen
+  std::uint64_t kafka_session_partitions_capped = 0;  // kafka::Counters
   std::uint64_t http_resyncs = 0;
 };
 

@@ -2,6 +2,7 @@
 // classic and v13 flexible encodings) fed to kafka::Decoder the way the capture layer does (one
 // piece per request read), alone and with their responses (headers captured, records as
 // sendfile holes). Not a timed test: it prints figures for docs/performance.md.
+#include <malloc.h>
 #include <time.h>
 
 #include <chrono>
@@ -9,133 +10,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kafka/kafka.h"
+#include "kafka_frames.h"
 
 namespace {
 
-struct Encoder {
-  std::vector<std::uint8_t> b;
-  void i8(int v) { b.push_back(static_cast<std::uint8_t>(v)); }
-  void i16(int v) { i8(v >> 8), i8(v); }
-  void i32(std::int32_t v) { i16(v >> 16), i16(v & 0xffff); }
-  void i64(std::int64_t v) {
-    i32(static_cast<std::int32_t>(v >> 32)), i32(static_cast<std::int32_t>(v));
-  }
-  void uvarint(std::uint32_t v) {
-    while (v >= 0x80) i8((v & 0x7f) | 0x80), v >>= 7;
-    i8(v);
-  }
-  void str(const std::string& s, bool compact) {
-    compact ? uvarint(static_cast<std::uint32_t>(s.size() + 1)) : i16(static_cast<int>(s.size()));
-    b.insert(b.end(), s.begin(), s.end());
-  }
-  // Topic t's id (v13+): distinct for every t below 65,536.
-  void topic_id(int t) {
-    i16(t);
-    for (int i = 2; i < 16; ++i) i8(i + 1);
-  }
-  void frame_size_prefix() {
-    auto n = static_cast<std::uint32_t>(b.size());
-    std::uint8_t head[4] = {std::uint8_t(n >> 24), std::uint8_t(n >> 16), std::uint8_t(n >> 8),
-                            std::uint8_t(n)};
-    b.insert(b.begin(), head, head + 4);
-  }
-};
-
-// Where a request stands in a fetch session: sessionless (0, -1), the full request that opens
-// one (0, 0), or an incremental one (the session's id, epoch > 0).
-struct SessionFields {
-  std::int32_t id = 0, epoch = -1;
-};
-
-// A consumer's Fetch request: partitions spread over topics of 10 partitions each.
-std::vector<std::uint8_t> fetch_request(int version, int correlation, int partitions,
-                                        SessionFields session = {}) {
-  const bool flexible = version >= 12;
-  Encoder e;
-  e.i16(1), e.i16(version), e.i32(correlation), e.str("consumer-orders-app-1", false);
-  if (flexible) e.uvarint(0);
-  if (version <= 14) e.i32(-1);
-  e.i32(500), e.i32(1), e.i32(52428800), e.i8(0), e.i32(session.id), e.i32(session.epoch);
-  int topics = (partitions + 9) / 10;
-  flexible ? e.uvarint(topics + 1) : e.i32(topics);
-  for (int t = 0, left = partitions; t < topics; ++t) {
-    int n = left < 10 ? left : 10;
-    left -= n;
-    if (version >= 13) {
-      e.topic_id(t);
-    } else {
-      e.str("orders-topic-" + std::to_string(t), flexible);
-    }
-    flexible ? e.uvarint(n + 1) : e.i32(n);
-    for (int p = 0; p < n; ++p) {
-      e.i32(p), e.i32(5), e.i64(123456789 + p * 1000);
-      if (version >= 12) e.i32(4);
-      e.i64(-1), e.i32(1048576);
-      if (flexible) e.uvarint(0);
-    }
-    if (flexible) e.uvarint(0);
-  }
-  flexible ? e.uvarint(1) : e.i32(0);  // forgotten
-  e.str("", flexible);                 // rack
-  if (flexible) e.uvarint(0);
-  e.frame_size_prefix();
-  return e.b;
-}
-
-// The response's bytes up to each partition's records; `records` bytes of each are a hole.
-struct Response {
-  std::vector<std::vector<std::uint8_t>> captured;  // piece i precedes records hole i
-  std::uint32_t records = 4096;
-};
-
-Response fetch_response(int version, int correlation, int partitions, std::int32_t session_id = 0) {
-  const bool flexible = version >= 12;
-  Response r;
-  Encoder e;
-  std::vector<std::uint8_t> body;
-  // Build the whole frame with records placeholders to get the size right, then cut.
-  std::vector<std::size_t> records_at;
-  e.i32(correlation);
-  if (flexible) e.uvarint(0);
-  e.i32(0), e.i16(0), e.i32(session_id);
-  int topics = (partitions + 9) / 10;
-  flexible ? e.uvarint(topics + 1) : e.i32(topics);
-  for (int t = 0, left = partitions; t < topics; ++t) {
-    int n = left < 10 ? left : 10;
-    left -= n;
-    if (version >= 13) {
-      e.topic_id(t);
-    } else {
-      e.str("orders-topic-" + std::to_string(t), flexible);
-    }
-    flexible ? e.uvarint(n + 1) : e.i32(n);
-    for (int p = 0; p < n; ++p) {
-      e.i32(p), e.i16(0), e.i64(200000000), e.i64(200000000), e.i64(0);
-      flexible ? e.uvarint(1) : e.i32(-1);
-      e.i32(-1);
-      flexible ? e.uvarint(r.records + 1) : e.i32(static_cast<std::int32_t>(r.records));
-      records_at.push_back(e.b.size());
-      if (flexible) e.uvarint(0);
-    }
-    if (flexible) e.uvarint(0);
-  }
-  if (flexible) e.uvarint(0);
-  std::uint32_t size = static_cast<std::uint32_t>(e.b.size() + records_at.size() * r.records);
-  std::vector<std::uint8_t> all = {std::uint8_t(size >> 24), std::uint8_t(size >> 16),
-                                   std::uint8_t(size >> 8), std::uint8_t(size)};
-  all.insert(all.end(), e.b.begin(), e.b.end());
-  std::size_t from = 0;
-  for (std::size_t at : records_at) {
-    r.captured.emplace_back(all.begin() + from, all.begin() + 4 + at);
-    from = 4 + at;
-  }
-  r.captured.emplace_back(all.begin() + from, all.end());
-  return r;
-}
+using fc::testing::fetch_request;
+using fc::testing::fetch_response;
+using fc::testing::FetchResponseFrame;
+using fc::testing::SessionFields;
 
 struct CountingSink : fc::kafka::Sink {
   std::uint64_t exchanges = 0, partitions = 0;
@@ -161,7 +48,7 @@ void bench(int version, int partitions, bool with_responses, int session_partiti
   const SessionFields incremental =
       session_partitions > 0 ? SessionFields{kSession, 1} : SessionFields{};
   std::vector<std::vector<std::uint8_t>> requests;
-  std::vector<Response> responses;
+  std::vector<FetchResponseFrame> responses;
   for (int i = 0; i < kDistinct; ++i) {
     requests.push_back(fetch_request(version, i, partitions, incremental));
     responses.push_back(fetch_response(version, i, partitions, incremental.id));
@@ -174,7 +61,7 @@ void bench(int version, int partitions, bool with_responses, int session_partiti
   const std::uint64_t conn = 1;
   decoder.open(conn, 0);
   std::uint64_t req_pos = 0, resp_pos = 0, time = 1, n = 0, bytes = 0;
-  auto exchange = [&](const std::vector<std::uint8_t>& req, const Response& resp) {
+  auto exchange = [&](const std::vector<std::uint8_t>& req, const FetchResponseFrame& resp) {
     decoder.data(conn, fc::kafka::Direction::kRequest, time++, req_pos, req.size(), req);
     req_pos += req.size();
     for (std::size_t i = 0; i < resp.captured.size(); ++i) {
@@ -243,6 +130,52 @@ void bench(int version, int partitions, bool with_responses, int session_partiti
               input.c_str(), best_rate / 1e6, best_bytes_rate / 1e6, 1e9 / best_rate);
 }
 
+// A client that pipelines incremental fetches on a large session: each request in flight would
+// hold the whole session. Prints the heap the decoder holds with them in flight, and once they
+// are answered, with the default cap on carried session partitions and with a cap too high to
+// bite (as before session 47).
+void pipelined_session_memory(std::size_t max_session_partitions, const char* label) {
+  constexpr int kSessionPartitions = 20'000, kInFlight = 256;
+  constexpr std::int32_t kSession = 7;
+  CountingSink sink;
+  fc::kafka::Options options;
+  options.max_session_partitions = max_session_partitions;
+  auto decoder = std::make_unique<fc::kafka::Decoder>(sink, options);
+  std::uint64_t req_pos = 0, resp_pos = 0, time = 1;
+  auto request = [&](const std::vector<std::uint8_t>& req) {
+    decoder->data(1, fc::kafka::Direction::kRequest, time++, req_pos, req.size(), req);
+    req_pos += req.size();
+  };
+  auto respond = [&](const FetchResponseFrame& resp) {
+    for (std::size_t i = 0; i < resp.captured.size(); ++i) {
+      const auto& piece = resp.captured[i];
+      decoder->data(1, fc::kafka::Direction::kResponse, time, resp_pos, piece.size(), piece);
+      resp_pos += piece.size();
+      if (i + 1 < resp.captured.size()) {
+        decoder->data(1, fc::kafka::Direction::kResponse, time, resp_pos, resp.records, {});
+        resp_pos += resp.records;
+      }
+    }
+  };
+  const std::size_t before = mallinfo2().uordblks;
+  decoder->open(1, 0);
+  request(fetch_request(13, 0, kSessionPartitions, {0, 0}));
+  respond(fetch_response(13, 0, kSessionPartitions, kSession));
+  const std::size_t session = mallinfo2().uordblks;
+  for (int i = 1; i <= kInFlight; ++i) request(fetch_request(13, i, 1, {kSession, i}));
+  const std::size_t in_flight = mallinfo2().uordblks;
+  for (int i = 1; i <= kInFlight; ++i) respond(fetch_response(13, i, 1, kSession));
+  const std::size_t answered = mallinfo2().uordblks;
+  if (sink.exchanges != kInFlight + 1) {
+    std::fprintf(stderr, "bench: %lu of %d exchanges\n", (unsigned long)sink.exchanges,
+                 kInFlight + 1);
+    std::exit(1);
+  }
+  std::printf("| %-32s | %7.1f MB | %8.1f MB | %8.1f MB | %9lu |\n", label,
+              (session - before) / 1e6, (in_flight - before) / 1e6, (answered - before) / 1e6,
+              (unsigned long)decoder->counters().session_partitions_capped);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -261,5 +194,12 @@ int main(int argc, char** argv) {
     }
     for (int session_partitions : {10, 100, 1000}) bench(version, 1, true, session_partitions);
   }
+  std::printf(
+      "\nHeap the decoder holds: a session of 20,000 partitions, then 256 incremental requests "
+      "in flight on it, then answered\n\n");
+  std::printf("| max_session_partitions | session | in flight | answered | capped |\n");
+  std::printf("|---|---|---|---|---|\n");
+  pipelined_session_memory(fc::kafka::Options{}.max_session_partitions, "100,000 (default)");
+  pipelined_session_memory(std::size_t{1} << 40, "no cap");
   return 0;
 }

@@ -1,8 +1,11 @@
 // Decoder behaviour beyond the vectors: secrets never surface, expiry, future versions counted,
 // sessions dropped on session errors, an incremental fetch's unlisted session partitions, bounded
-// state.
+// state (sessions carried by pipelined requests included).
+#include <malloc.h>
+
 #include <map>
 
+#include "kafka_frames.h"
 #include "vector_harness.h"
 
 using namespace fc::test;
@@ -172,6 +175,90 @@ TEST_CASE("an incremental fetch carries its session's unlisted partitions when i
   // The response's partition 1 fills the same entry: no second one.
   REQUIRE(sink.exchanges.size() == 3);
   CHECK(sink.exchanges[2].fetch.partitions.size() == 2);
+}
+
+namespace {
+
+// One connection fed whole frames built in code: a session of `session_partitions` (Fetch v13,
+// session id 7), then incremental requests, answered when the test says.
+struct SessionConnection {
+  struct Sink : fc::kafka::Sink {
+    std::vector<std::uint32_t> carried;  // each request's partitions from the session
+    std::size_t exchanges = 0;
+    void on_request(const fc::kafka::Exchange& ex) override {
+      carried.push_back(ex.fetch.from_session);
+    }
+    void on_exchange(const fc::kafka::Exchange&) override { ++exchanges; }
+  } sink;
+  Decoder decoder;
+  std::uint64_t req_pos = 0, resp_pos = 0, time = 1;
+  int correlation = 0;
+
+  SessionConnection(int session_partitions, fc::kafka::Options options) : decoder(sink, options) {
+    decoder.open(1, 0);
+    request(fc::testing::fetch_request(13, correlation, session_partitions, {0, 0}));
+    respond(fc::testing::fetch_response(13, correlation++, session_partitions, 7));
+  }
+  void request(const std::vector<std::uint8_t>& frame) {
+    decoder.data(1, Direction::kRequest, time++, req_pos, frame.size(), frame);
+    req_pos += frame.size();
+  }
+  void respond(const fc::testing::FetchResponseFrame& r) {
+    for (std::size_t i = 0; i < r.captured.size(); ++i) {
+      decoder.data(1, Direction::kResponse, time, resp_pos, r.captured[i].size(), r.captured[i]);
+      resp_pos += r.captured[i].size();
+      if (i + 1 < r.captured.size()) {  // records: a sendfile hole
+        decoder.data(1, Direction::kResponse, time, resp_pos, r.records, {});
+        resp_pos += r.records;
+      }
+    }
+  }
+  // `n` incremental requests listing partition 0 only, then (when `answer`) their responses.
+  void incremental(int n, bool answer) {
+    const int first = correlation;
+    for (int i = 0; i < n; ++i)
+      request(fc::testing::fetch_request(13, correlation++, 1, {7, correlation}));
+    if (answer)
+      for (int c = first; c < correlation; ++c) respond(fc::testing::fetch_response(13, c, 1, 7));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("pipelined incremental fetches carry a session at most max_session_partitions times") {
+  fc::kafka::Options options;
+  options.max_session_partitions = 25;
+  SessionConnection conn(20, options);
+  REQUIRE(conn.sink.exchanges == 1);
+  conn.incremental(3, false);  // in flight together: 19 unlisted partitions each
+  REQUIRE(conn.sink.carried.size() == 4);
+  CHECK(conn.sink.carried[1] == 19);
+  CHECK(conn.sink.carried[2] == 6);  // 25 - 19
+  CHECK(conn.sink.carried[3] == 0);
+  CHECK(conn.decoder.counters().session_partitions_capped == 13 + 19);
+  // Answered, they carry nothing any more: the next request carries the session again.
+  for (int c = 1; c <= 3; ++c) conn.respond(fc::testing::fetch_response(13, c, 1, 7));
+  CHECK(conn.sink.exchanges == 4);
+  conn.incremental(1, true);
+  CHECK(conn.sink.carried.back() == 19);
+  CHECK(conn.decoder.counters().session_partitions_capped == 13 + 19);
+  CHECK(conn.decoder.counters().parse_errors == 0);
+}
+
+TEST_CASE("a recycled exchange does not keep a large session's memory") {
+  // 50 requests in flight carry a 2,000-partition session each (5.6 MB); once answered, their
+  // exchanges are recycled for the connection's next requests and must give that memory back.
+  SessionConnection conn(2000, {});
+  const std::size_t before = mallinfo2().uordblks;
+  conn.incremental(50, false);
+  const std::size_t in_flight = mallinfo2().uordblks;
+  for (int c = 1; c <= 50; ++c) conn.respond(fc::testing::fetch_response(13, c, 1, 7));
+  REQUIRE(conn.sink.exchanges == 51);
+  for (std::size_t i = 1; i < conn.sink.carried.size(); ++i) CHECK(conn.sink.carried[i] == 1999);
+  const std::size_t after = mallinfo2().uordblks;
+  MESSAGE("heap: " << before << " before, " << in_flight << " in flight, " << after << " after");
+  CHECK(in_flight - before > 5'000'000);
+  CHECK(after - before < 1'000'000);
 }
 
 TEST_CASE("connections and in-flight requests stay bounded") {
