@@ -154,13 +154,17 @@ struct Attributor::Impl {
 
   Impl(Sink& s, const LocalTier* t, Options o) : sink(s), tier(t), options(o) {}
 
-  bool possibly_remote(std::string_view topic, std::int32_t partition,
-                       std::int64_t fetch_offset) const {
-    if (fetch_offset < 0) return false;
+  // Where a fetch of a partition at an offset reads: locally, from the remote tier (the offset
+  // is below the partition's local log start), or maybe remotely (the tier does not know it).
+  enum class Reads : std::uint8_t { kLocal, kRemote, kMaybeRemote };
+  Reads reads_from(std::string_view topic, std::int32_t partition,
+                   std::int64_t fetch_offset) const {
+    if (fetch_offset < 0) return Reads::kLocal;
     if (tier) {
-      if (auto start = tier->local_log_start(topic, partition)) return fetch_offset < *start;
+      if (auto start = tier->local_log_start(topic, partition))
+        return fetch_offset < *start ? Reads::kRemote : Reads::kLocal;
     }
-    return options.unknown_partitions_possibly_remote;
+    return options.unknown_partitions_possibly_remote ? Reads::kMaybeRemote : Reads::kLocal;
   }
 
   FetchIt find(std::uint64_t connection, std::int32_t correlation_id) {
@@ -302,7 +306,8 @@ struct Attributor::Impl {
           if (auto name = tier->topic_name(n.topic_id)) n.topic = std::move(*name);
         }
       }
-      if (!possibly_remote(n.topic, p.partition, p.fetch_offset)) continue;
+      const Reads reads = reads_from(n.topic, p.partition, p.fetch_offset);
+      if (reads == Reads::kLocal) continue;
       PendingPartition part;
       part.topic = n.topic;
       part.topic_id = n.topic_id;
@@ -312,7 +317,7 @@ struct Attributor::Impl {
       // Kafka <= 4.1 reads one partition remotely: the first remote one with data (its high
       // watermark is only known from the response). Later ones stay candidates, ranked lower.
       part.first_remote = !options.one_remote_partition_per_fetch || !seen_known_remote;
-      if (tier && tier->local_log_start(part.topic, part.partition)) seen_known_remote = true;
+      if (reads == Reads::kRemote) seen_known_remote = true;
       fetch.parts.push_back(std::move(part));
     }
     if (fetch.parts.empty()) return;
