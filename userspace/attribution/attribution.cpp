@@ -151,6 +151,7 @@ struct Attributor::Impl {
     std::string topic, topic_id;
   };
   std::vector<TopicNames> track_names;
+  std::size_t pending_partitions = 0;  // over all fetches (options.max_pending_partitions)
 
   Impl(Sink& s, const LocalTier* t, Options o) : sink(s), tier(t), options(o) {}
 
@@ -278,6 +279,7 @@ struct Attributor::Impl {
     }
     unindex(fetch);
     by_arrival.erase(fetch->arrival);
+    pending_partitions -= fetch->parts.size();
     fetches.erase(fetch);
   }
 
@@ -326,10 +328,17 @@ struct Attributor::Impl {
     if (auto p = processes.find(request.connection); p != processes.end())
       fetch.process = p->second;
 
-    if (fetches.size() >= options.max_pending) {
+    // The oldest fetches make room (a request of more partitions than the bound keeps the first
+    // ones: in request order, the broker's remote read is among them).
+    if (fetch.parts.size() > options.max_pending_partitions)
+      fetch.parts.resize(options.max_pending_partitions);
+    while (!fetches.empty() &&
+           (fetches.size() >= options.max_pending ||
+            pending_partitions + fetch.parts.size() > options.max_pending_partitions)) {
       ++counters.pending_evicted;
       finish(fetches.begin());
     }
+    pending_partitions += fetch.parts.size();
     fetch.arrival = ++arrivals;
     fetches.push_back(std::move(fetch));
     FetchIt it = std::prev(fetches.end());

@@ -140,11 +140,16 @@ struct Counters {
   std::uint64_t reads_estimated = 0;
   std::uint64_t reads_unattributed = 0;
   std::uint64_t reads_opaque_peer = 0;  // reads matched to an opaque client connection's cycle
-  std::uint64_t pending_evicted = 0;    // pending fetches dropped by the max_pending bound
+  // Pending fetches finished early by the max_pending or max_pending_partitions bound (their
+  // later reads may go unattributed).
+  std::uint64_t pending_evicted = 0;
 };
 
 struct Options {
   std::size_t max_pending = 100'000;  // pending fetches kept across all connections
+  // Their possibly-remote partitions, all fetches together: where no LocalTier knows the
+  // partitions, every partition of every fetch is one, for as long as the fetch is kept.
+  std::size_t max_pending_partitions = 1'000'000;
   // When no LocalTier knows a partition, treat it as possibly remote (an exact GET can prove it).
   bool unknown_partitions_possibly_remote = true;
   std::uint64_t closed_grace_ns = 30'000'000'000ull;

@@ -652,6 +652,9 @@ struct Service::Impl {
                                 {"resyncs", s.kafka_resyncs},
                                 {"session_misses", s.kafka_session_misses},
                                 {"session_partitions_capped", s.kafka_session_partitions_capped}};
+        const auto& a = pipe->attribution_counters();
+        doc["attribution"] = {{"fetches_tracked", a.fetches_tracked},
+                              {"pending_evicted", a.pending_evicted}};
       }
       const auto st = sensors.stats();
       doc["sensors"] = {{"live", st.live_sensors},

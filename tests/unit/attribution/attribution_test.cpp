@@ -930,3 +930,52 @@ TEST_CASE("a finished fetch takes only its own entries out of its partition's li
   attributor.on_object_read(get(35, 2300, 2310, "orders", 0, 0, 500));
   CHECK(sink.reads.back().client == attribution::kUnattributed);
 }
+
+// Where no tier knows the partitions, every partition of every fetch is pending until the fetch
+// finishes: both bounds (fetches, and their partitions) finish the oldest first, and count it.
+TEST_CASE("pending fetches stay bounded in number and in partitions; the oldest make room") {
+  RecordingSink sink;
+  attribution::Options options;
+  options.max_pending = 4;
+  options.max_pending_partitions = 10;
+  attribution::Attributor attributor(sink, nullptr, options);
+  auto three = [](int first) {
+    return std::vector<std::tuple<std::string, std::int32_t, std::int64_t>>{
+        {"t", first, 10}, {"t", first + 1, 10}, {"t", first + 2, 10}};
+  };
+  for (int i = 0; i < 4; ++i)  // 12 partitions: the first fetch makes room for the fourth
+    attributor.on_request(fetch(i + 1, 1, "c" + std::to_string(i + 1), 100 + i, three(3 * i)));
+  CHECK(attributor.pending() == 3);
+  CHECK(attributor.counters().pending_evicted == 1);
+  attributor.on_request(fetch(5, 1, "c5", 110, {{"t", 12, 10}}));  // 10 partitions, 4 fetches
+  CHECK(attributor.pending() == 4);
+  CHECK(attributor.counters().pending_evicted == 1);
+  attributor.on_request(fetch(6, 1, "c6", 111, {{"t", 13, 10}}));  // a fifth fetch
+  CHECK(attributor.pending() == 4);
+  CHECK(attributor.counters().pending_evicted == 2);
+
+  attributor.on_object_read(get(31, 200, 300, "t", 1, 0, 100));   // c1's, finished
+  attributor.on_object_read(get(32, 200, 300, "t", 4, 0, 100));   // c2's, finished
+  attributor.on_object_read(get(33, 200, 300, "t", 8, 0, 100));   // c3's
+  attributor.on_object_read(get(34, 200, 300, "t", 13, 0, 100));  // c6's
+  attributor.expire(~0ull);
+  std::map<std::int32_t, std::string> client_of;
+  for (const auto& r : sink.reads) client_of[r.partition] = r.client;
+  CHECK(client_of[1] == std::string(attribution::kUnattributed));
+  CHECK(client_of[4] == std::string(attribution::kUnattributed));
+  CHECK(client_of[8] == "c3");
+  CHECK(client_of[13] == "c6");
+
+  // One request of more partitions than the bound keeps its first ones, alone.
+  std::vector<std::tuple<std::string, std::int32_t, std::int64_t>> many;
+  for (int p = 100; p < 120; ++p) many.emplace_back("u", p, 10);
+  attributor.on_request(fetch(7, 1, "c7", 400, many));
+  CHECK(attributor.pending() == 1);
+  sink.reads.clear();
+  attributor.on_object_read(get(35, 500, 600, "u", 109, 0, 100));
+  attributor.on_object_read(get(36, 500, 600, "u", 110, 0, 100));
+  attributor.expire(~0ull);
+  REQUIRE(sink.reads.size() == 2);
+  CHECK(sink.reads[0].client == "c7");
+  CHECK(sink.reads[1].client == std::string(attribution::kUnattributed));
+}
