@@ -149,7 +149,7 @@ struct Options {
   std::size_t max_pending = 100'000;  // pending fetches kept across all connections
   // Their possibly-remote partitions, all fetches together: where no LocalTier knows the
   // partitions, every partition of every fetch is one, for as long as the fetch is kept.
-  std::size_t max_pending_partitions = 1'000'000;
+  std::size_t max_pending_partitions = 250'000;
   // When no LocalTier knows a partition, treat it as possibly remote (an exact GET can prove it).
   bool unknown_partitions_possibly_remote = true;
   std::uint64_t closed_grace_ns = 30'000'000'000ull;

@@ -6,6 +6,7 @@
 // attribution::Attributor the way the pipeline does (expire() at every 10 ms sweep); the CPU time
 // is this thread's. Not a timed test. It also prints how many GETs went to the client whose fetch
 // caused them (the simulation's own record), so a faster matcher that matches wrongly shows.
+#include <malloc.h>
 #include <time.h>
 
 #include <cstdint>
@@ -52,6 +53,8 @@ struct Result {
   double ns_per_fetch = 0;  // all attribution work (requests, GETs, answers, sweeps) per fetch
   double ns_per_get = 0;    // the same, per GET
   std::size_t pending_max = 0;
+  std::size_t heap_max = 0;  // the attributor's heap at its largest (sweeps), bytes
+  std::uint64_t evicted = 0;
   double right_share = 0;
   std::uint64_t unattributed = 0;
 };
@@ -66,12 +69,14 @@ const std::string kTopic = "orders";
 // `partitions` partitions in turn (1: a hot partition every consumer re-reads, whose answered
 // fetches all wait in one list).
 // With `session` > 1 each fetch carries session - 1 more partitions read locally, as an
-// incremental fetch of a Java consumer carries its whole session.
+// incremental fetch of a Java consumer carries its whole session. Without a tier (`with_tier`
+// false: no log dirs readable) every partition of every fetch is possibly remote and kept.
 Result run(double fetches_s, double gets_s, std::int32_t partitions, double seconds,
-           std::int32_t session = 1) {
+           std::int32_t session, bool with_tier, const fc::attribution::Options& options) {
+  const std::size_t heap_before = mallinfo2().uordblks;
   Tier tier;
   Counting sink;
-  fc::attribution::Attributor attributor(sink, &tier);
+  fc::attribution::Attributor attributor(sink, with_tier ? &tier : nullptr, options);
   std::vector<std::string> clients;
   for (int c = 0; c < kConsumers; ++c) clients.push_back("consumer-" + std::to_string(c));
 
@@ -164,6 +169,7 @@ Result run(double fetches_s, double gets_s, std::int32_t partitions, double seco
       attributor.expire(now);
       next_sweep = now + 10 * kMs;
       r.pending_max = std::max(r.pending_max, attributor.pending());
+      r.heap_max = std::max(r.heap_max, mallinfo2().uordblks - heap_before);
     }
     const int consumer = static_cast<int>(fetches % kConsumers);
     const auto partition = static_cast<std::int32_t>((fetches / kConsumers) % partitions);
@@ -200,6 +206,7 @@ Result run(double fetches_s, double gets_s, std::int32_t partitions, double seco
   r.right_share =
       sink.reads ? static_cast<double>(sink.right) / static_cast<double>(sink.reads) : 0;
   r.unattributed = sink.unattributed;
+  r.evicted = attributor.counters().pending_evicted;
   return r;
 }
 
@@ -214,21 +221,38 @@ int main(int argc, char** argv) {
   std::printf(
       "| fetches/s | GETs/s | partitions | partitions per fetch | pending fetches (max) | CPU ns "
       "per fetch | CPU ns per GET | CPU share at that rate | GETs to their own client | "
-      "unattributed |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+      "unattributed | heap (max) | evicted |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  const fc::attribution::Options defaults;
+  fc::attribution::Options unbounded;
+  unbounded.max_pending_partitions = std::size_t{1} << 40;
   struct Row {
     double fetches_s, gets_s;
     std::int32_t partitions, session = 1;
+    bool with_tier = true;  // false: no tier knows the partitions (every one possibly remote)
+    const fc::attribution::Options* options = nullptr;
+    const char* note = "";
   };
-  const Row rows[] = {{1000, 500, 8},      {5000, 1000, 8},     {10000, 5000, 8},
-                      {50000, 5000, 8},    {10000, 5000, 1},    {50000, 5000, 1},
-                      {1000, 500, 8, 100}, {1000, 500, 8, 1000}};
+  const Row rows[] = {{1000, 500, 8},
+                      {5000, 1000, 8},
+                      {10000, 5000, 8},
+                      {50000, 5000, 8},
+                      {10000, 5000, 1},
+                      {50000, 5000, 1},
+                      {1000, 500, 8, 100},
+                      {1000, 500, 8, 1000},
+                      {8000, 500, 8, 100, false, nullptr, ", no tier"},
+                      {8000, 500, 8, 100, false, &unbounded, ", no tier, no partition bound"}};
   for (const Row& row : rows) {
-    const Result r = run(row.fetches_s, row.gets_s, row.partitions, seconds, row.session);
-    std::printf("| %.0f | %.0f | %d | %d | %zu | %.0f | %.0f | %.2f%% | %.2f%% | %llu |\n",
-                row.fetches_s, row.gets_s, row.partitions, row.session, r.pending_max,
-                r.ns_per_fetch, r.ns_per_get, r.ns_per_fetch * row.fetches_s / 1e7,
-                100 * r.right_share, static_cast<unsigned long long>(r.unattributed));
+    const Result r = run(row.fetches_s, row.gets_s, row.partitions, seconds, row.session,
+                         row.with_tier, row.options ? *row.options : defaults);
+    std::printf(
+        "| %.0f | %.0f | %d | %d%s | %zu | %.0f | %.0f | %.2f%% | %.2f%% | %llu | %.0f MB | "
+        "%llu |\n",
+        row.fetches_s, row.gets_s, row.partitions, row.session, row.note, r.pending_max,
+        r.ns_per_fetch, r.ns_per_get, r.ns_per_fetch * row.fetches_s / 1e7, 100 * r.right_share,
+        static_cast<unsigned long long>(r.unattributed), static_cast<double>(r.heap_max) / 1e6,
+        static_cast<unsigned long long>(r.evicted));
     std::fflush(stdout);
   }
   return 0;
