@@ -6,7 +6,6 @@
 // attribution::Attributor the way the pipeline does (expire() at every 10 ms sweep); the CPU time
 // is this thread's. Not a timed test. It also prints how many GETs went to the client whose fetch
 // caused them (the simulation's own record), so a faster matcher that matches wrongly shows.
-#include <malloc.h>
 #include <time.h>
 
 #include <cstdint>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "attribution/attribution.h"
+#include "heap.h"
 
 namespace {
 
@@ -73,7 +73,7 @@ const std::string kTopic = "orders";
 // false: no log dirs readable) every partition of every fetch is possibly remote and kept.
 Result run(double fetches_s, double gets_s, std::int32_t partitions, double seconds,
            std::int32_t session, bool with_tier, const fc::attribution::Options& options) {
-  const std::size_t heap_before = mallinfo2().uordblks;
+  const std::size_t heap_before = fc::testing::heap_in_use();
   Tier tier;
   Counting sink;
   fc::attribution::Attributor attributor(sink, with_tier ? &tier : nullptr, options);
@@ -169,7 +169,7 @@ Result run(double fetches_s, double gets_s, std::int32_t partitions, double seco
       attributor.expire(now);
       next_sweep = now + 10 * kMs;
       r.pending_max = std::max(r.pending_max, attributor.pending());
-      r.heap_max = std::max(r.heap_max, mallinfo2().uordblks - heap_before);
+      r.heap_max = std::max(r.heap_max, fc::testing::heap_growth(heap_before));
     }
     const int consumer = static_cast<int>(fetches % kConsumers);
     const auto partition = static_cast<std::int32_t>((fetches / kConsumers) % partitions);

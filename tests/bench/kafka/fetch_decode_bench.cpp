@@ -2,7 +2,6 @@
 // classic and v13 flexible encodings) fed to kafka::Decoder the way the capture layer does (one
 // piece per request read), alone and with their responses (headers captured, records as
 // sendfile holes). Not a timed test: it prints figures for docs/performance.md.
-#include <malloc.h>
 #include <time.h>
 
 #include <chrono>
@@ -14,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "heap.h"
 #include "kafka/kafka.h"
 #include "kafka_frames.h"
 
@@ -157,22 +157,22 @@ void pipelined_session_memory(std::size_t max_session_partitions, const char* la
       }
     }
   };
-  const std::size_t before = mallinfo2().uordblks;
+  const std::size_t before = fc::testing::heap_in_use();
   decoder->open(1, 0);
   request(fetch_request(13, 0, kSessionPartitions, {0, 0}));
   respond(fetch_response(13, 0, kSessionPartitions, kSession));
-  const std::size_t session = mallinfo2().uordblks;
+  const std::size_t session = fc::testing::heap_growth(before);
   for (int i = 1; i <= kInFlight; ++i) request(fetch_request(13, i, 1, {kSession, i}));
-  const std::size_t in_flight = mallinfo2().uordblks;
+  const std::size_t in_flight = fc::testing::heap_growth(before);
   for (int i = 1; i <= kInFlight; ++i) respond(fetch_response(13, i, 1, kSession));
-  const std::size_t answered = mallinfo2().uordblks;
+  const std::size_t answered = fc::testing::heap_growth(before);
   if (sink.exchanges != kInFlight + 1) {
     std::fprintf(stderr, "bench: %lu of %d exchanges\n", (unsigned long)sink.exchanges,
                  kInFlight + 1);
     std::exit(1);
   }
-  std::printf("| %-32s | %7.1f MB | %8.1f MB | %8.1f MB | %9lu |\n", label,
-              (session - before) / 1e6, (in_flight - before) / 1e6, (answered - before) / 1e6,
+  std::printf("| %-32s | %7.1f MB | %8.1f MB | %8.1f MB | %9lu |\n", label, session / 1e6,
+              in_flight / 1e6, answered / 1e6,
               (unsigned long)decoder->counters().session_partitions_capped);
 }
 
