@@ -260,6 +260,12 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "fetchcostd: serving /metrics and /api/v1 on %s (port %d)\n",
                config.listen.c_str(), (*service)->port());
+  if (config.log_dirs.empty())
+    std::fprintf(stderr,
+                 "fetchcostd: warning: log_dirs is empty: without the broker's local log start "
+                 "offsets every fetch of a partition may have caused its GETs, and a consumer "
+                 "reading at the log's end takes GETs of one reading remotely; set log_dirs to "
+                 "the broker's log.dirs (docs/configuration.md)\n");
 
   auto on_event = [&](const fc::capture::EventView& ev) {
     ++seen;
