@@ -44,6 +44,22 @@ struct KafkaEncoder {
       str("orders-topic-" + std::to_string(t), version >= 12);
     }
   }
+  // A topics array of `partitions` spread over topics of 10 each; `partition(p)` writes
+  // partition p of a topic.
+  template <class WritePartition>
+  void topics_of_ten(int version, int partitions, WritePartition partition) {
+    const bool flexible = version >= 12;
+    int topics = (partitions + 9) / 10;
+    flexible ? uvarint(topics + 1) : i32(topics);
+    for (int t = 0, left = partitions; t < topics; ++t) {
+      int n = left < 10 ? left : 10;
+      left -= n;
+      topic(version, t);
+      flexible ? uvarint(n + 1) : i32(n);
+      for (int p = 0; p < n; ++p) partition(p);
+      if (flexible) uvarint(0);
+    }
+  }
 };
 
 // Where a request stands in a fetch session: sessionless (0, -1), the full request that opens
@@ -62,21 +78,12 @@ inline std::vector<std::uint8_t> fetch_request(int version, int correlation, int
   if (flexible) e.uvarint(0);
   if (version <= 14) e.i32(-1);
   e.i32(500), e.i32(1), e.i32(52428800), e.i8(0), e.i32(session.id), e.i32(session.epoch);
-  int topics = (partitions + 9) / 10;
-  flexible ? e.uvarint(topics + 1) : e.i32(topics);
-  for (int t = 0, left = partitions; t < topics; ++t) {
-    int n = left < 10 ? left : 10;
-    left -= n;
-    e.topic(version, t);
-    flexible ? e.uvarint(n + 1) : e.i32(n);
-    for (int p = 0; p < n; ++p) {
-      e.i32(p), e.i32(5), e.i64(123456789 + p * 1000);
-      if (version >= 12) e.i32(4);
-      e.i64(-1), e.i32(1048576);
-      if (flexible) e.uvarint(0);
-    }
+  e.topics_of_ten(version, partitions, [&](int p) {
+    e.i32(p), e.i32(5), e.i64(123456789 + p * 1000);
+    if (version >= 12) e.i32(4);
+    e.i64(-1), e.i32(1048576);
     if (flexible) e.uvarint(0);
-  }
+  });
   flexible ? e.uvarint(1) : e.i32(0);  // forgotten
   e.str("", flexible);                 // rack
   if (flexible) e.uvarint(0);
@@ -100,23 +107,14 @@ inline FetchResponseFrame fetch_response(int version, int correlation, int parti
   e.i32(correlation);
   if (flexible) e.uvarint(0);
   e.i32(0), e.i16(0), e.i32(session_id);
-  int topics = (partitions + 9) / 10;
-  flexible ? e.uvarint(topics + 1) : e.i32(topics);
-  for (int t = 0, left = partitions; t < topics; ++t) {
-    int n = left < 10 ? left : 10;
-    left -= n;
-    e.topic(version, t);
-    flexible ? e.uvarint(n + 1) : e.i32(n);
-    for (int p = 0; p < n; ++p) {
-      e.i32(p), e.i16(0), e.i64(200000000), e.i64(200000000), e.i64(0);
-      flexible ? e.uvarint(1) : e.i32(-1);
-      e.i32(-1);
-      flexible ? e.uvarint(r.records + 1) : e.i32(static_cast<std::int32_t>(r.records));
-      records_at.push_back(e.b.size());
-      if (flexible) e.uvarint(0);
-    }
+  e.topics_of_ten(version, partitions, [&](int p) {
+    e.i32(p), e.i16(0), e.i64(200000000), e.i64(200000000), e.i64(0);
+    flexible ? e.uvarint(1) : e.i32(-1);
+    e.i32(-1);
+    flexible ? e.uvarint(r.records + 1) : e.i32(static_cast<std::int32_t>(r.records));
+    records_at.push_back(e.b.size());
     if (flexible) e.uvarint(0);
-  }
+  });
   if (flexible) e.uvarint(0);
   std::uint32_t size = static_cast<std::uint32_t>(e.b.size() + records_at.size() * r.records);
   std::vector<std::uint8_t> all = {std::uint8_t(size >> 24), std::uint8_t(size >> 16),

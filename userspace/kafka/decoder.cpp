@@ -15,7 +15,7 @@ namespace {
 constexpr std::int16_t kFetchSessionIdNotFound = 70;
 constexpr std::int16_t kInvalidFetchSessionEpoch = 71;
 constexpr std::size_t kMaxSessionsPerConnection = 8;
-constexpr std::size_t kKeptPartitions = 1024;  // per recycled exchange (about 56 KiB)
+constexpr std::size_t kKeptEntries = 1024;  // per vector of a recycled exchange (partitions: 56 KiB)
 constexpr std::size_t kMaxClientIdScan = 255;  // longer client ids are not trusted when resyncing
 // Response bytes held while waiting for the request they answer (see DirectionState::holding).
 constexpr std::size_t kMaxHeldResponseBytes = 64u << 10;
@@ -119,15 +119,15 @@ struct Connection {
   // than a consumer's requests need: a connection keeps up to max_in_flight of them.
   void release(Exchange* ex) {
     // (Assigning {} would keep the capacity: it assigns an empty list.)
-    if (ex->fetch.partitions.capacity() > kKeptPartitions)
+    if (ex->fetch.partitions.capacity() > kKeptEntries)
       ex->fetch.partitions = std::vector<FetchPartition>();
-    if (ex->fetch.topics.capacity() > kKeptPartitions) ex->fetch.topics = std::vector<FetchTopic>();
+    if (ex->fetch.topics.capacity() > kKeptEntries) ex->fetch.topics = std::vector<FetchTopic>();
     free.push_back(ex);
   }
   // Partitions that this connection's requests in flight carry from a session.
   std::size_t session_partitions_in_flight() const {
     std::size_t n = 0;
-    for (const Exchange* ex : in_flight) n += ex->fetch.from_session;
+    for (const Exchange* ex : in_flight) n += ex->fetch.partitions_from_session;
     return n;
   }
   FetchSession* session(std::int32_t session_id) {
@@ -548,7 +548,7 @@ struct Decoder::Impl {
       std::optional<std::uint32_t> topic_index;  // the request's, for its first partition carried
       for (const auto& [partition, values] : parts) {
         if (values.listed_by == request) continue;  // the request's own entry
-        if (f.from_session >= budget) {
+        if (f.partitions_from_session >= budget) {
           ++counters.session_partitions_capped;
           continue;
         }
@@ -556,7 +556,7 @@ struct Decoder::Impl {
           const FetchTopic topic = topic_of_key(key, session.by_id);
           topic_index = topic_index_of(f, topic.id, topic.name, session.by_id, request_topics);
         }
-        ++f.from_session;
+        ++f.partitions_from_session;
         FetchPartition& p = f.partitions.emplace_back();
         p.topic_index = *topic_index;
         p.partition = partition;

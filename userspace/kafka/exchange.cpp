@@ -97,7 +97,7 @@ void FetchExchange::clear() {
   topics.clear();
   partitions.clear();
   forgotten.clear();
-  from_session = 0;
+  partitions_from_session = 0;
   throttle_time_ms = 0;
   error_code = 0;
   response_session_id = 0;

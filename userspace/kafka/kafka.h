@@ -93,7 +93,7 @@ struct FetchExchange {
   std::vector<FetchTopic> topics;
   std::vector<FetchPartition> partitions;
   std::vector<FetchPartition> forgotten;  // only topic_index and partition are set
-  std::uint32_t from_session = 0;         // partitions added from the session (the last ones)
+  std::uint32_t partitions_from_session = 0;  // added from the session (the last partitions)
   // Response
   std::int32_t throttle_time_ms = 0;
   std::int16_t error_code = 0;

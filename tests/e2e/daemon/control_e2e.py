@@ -214,6 +214,14 @@ def main():
               f"--version and the status API agree ({status.get('version')!r})")
         check(isinstance(status.get("ring_reader", {}).get("wakeups"), int),
               "status: ring_reader.wakeups counted")
+        # Nothing here is over the decoder's or attribution's bounds, and both say so.
+        check(status.get("kafka_decoder", {}).get("session_partitions_capped") == 0
+              and status.get("attribution", {}).get("pending_evicted") == 0,
+              f"status: kafka_decoder.session_partitions_capped and attribution.pending_evicted "
+              f"are 0 ({status.get('kafka_decoder')}, {status.get('attribution')})")
+        # This config has no log_dirs: attribution cannot tell local fetches from remote ones.
+        check("warning: log_dirs is empty" in open(os.path.join(work, "fetchcostd.log")).read(),
+              "a config without log_dirs is warned about at start")
         check(status.get("ring_bytes_per_cpu") == 1 << 20
               and status.get("ring_reader", {}).get("wakeup_bytes") == 512 << 10,
               f"status: the configured ring and wakeup mark ({status.get('ring_bytes_per_cpu')}, "

@@ -185,7 +185,7 @@ struct SessionConnection {
     std::vector<std::uint32_t> carried;  // each request's partitions from the session
     std::size_t exchanges = 0;
     void on_request(const fc::kafka::Exchange& ex) override {
-      carried.push_back(ex.fetch.from_session);
+      carried.push_back(ex.fetch.partitions_from_session);
     }
     void on_exchange(const fc::kafka::Exchange&) override { ++exchanges; }
   } sink;
