@@ -1,11 +1,14 @@
 // Fetch frames built in code, for the decoder's bench and unit tests that need sizes no recorded
 // conversation has (sessions of thousands of partitions): a consumer's request, spread over
-// topics of 10 partitions each, and its response cut where the records would be a sendfile hole.
+// topics of 10 partitions each, and its response cut where the records would be a sendfile hole;
+// and a feeder that hands them to a decoder as the capture does.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "kafka/kafka.h"
 
 namespace fc::testing {
 
@@ -128,5 +131,30 @@ inline FetchResponseFrame fetch_response(int version, int correlation, int parti
   r.captured.emplace_back(all.begin() + from, all.end());
   return r;
 }
+
+// One connection of a Decoder fed whole frames as the capture delivers them: a request in one
+// piece, a response's captured pieces with each partition's records a hole (sendfile).
+struct FetchFeeder {
+  kafka::Decoder& decoder;
+  std::uint64_t connection = 1;
+  std::uint64_t request_pos = 0, response_pos = 0, time = 1;
+
+  void request(const std::vector<std::uint8_t>& frame) {
+    decoder.data(connection, kafka::Direction::kRequest, time++, request_pos, frame.size(), frame);
+    request_pos += frame.size();
+  }
+  void respond(const FetchResponseFrame& r) {
+    for (std::size_t i = 0; i < r.captured.size(); ++i) {
+      const auto& piece = r.captured[i];
+      decoder.data(connection, kafka::Direction::kResponse, time, response_pos, piece.size(),
+                   piece);
+      response_pos += piece.size();
+      if (i + 1 < r.captured.size()) {  // records: length only
+        decoder.data(connection, kafka::Direction::kResponse, time, response_pos, r.records, {});
+        response_pos += r.records;
+      }
+    }
+  }
+};
 
 }  // namespace fc::testing

@@ -60,19 +60,11 @@ void bench(int version, int partitions, bool with_responses, int session_partiti
   fc::kafka::Decoder decoder(sink, options);
   const std::uint64_t conn = 1;
   decoder.open(conn, 0);
-  std::uint64_t req_pos = 0, resp_pos = 0, time = 1, n = 0, bytes = 0;
+  std::uint64_t n = 0, bytes = 0;
+  fc::testing::FetchFeeder feed{decoder, conn};
   auto exchange = [&](const std::vector<std::uint8_t>& req, const FetchResponseFrame& resp) {
-    decoder.data(conn, fc::kafka::Direction::kRequest, time++, req_pos, req.size(), req);
-    req_pos += req.size();
-    for (std::size_t i = 0; i < resp.captured.size(); ++i) {
-      const auto& piece = resp.captured[i];
-      decoder.data(conn, fc::kafka::Direction::kResponse, time, resp_pos, piece.size(), piece);
-      resp_pos += piece.size();
-      if (i + 1 < resp.captured.size()) {  // records: a sendfile hole, length only
-        decoder.data(conn, fc::kafka::Direction::kResponse, time, resp_pos, resp.records, {});
-        resp_pos += resp.records;
-      }
-    }
+    feed.request(req);
+    feed.respond(resp);
   };
   if (session_partitions > 0) {  // the full request that opens the session
     exchange(fetch_request(version, kDistinct, session_partitions, {0, 0}),
@@ -94,8 +86,7 @@ void bench(int version, int partitions, bool with_responses, int session_partiti
         const auto& req = requests[n % kDistinct];
         run_bytes += req.size();
         if (!with_responses) {
-          decoder.data(conn, fc::kafka::Direction::kRequest, time++, req_pos, req.size(), req);
-          req_pos += req.size();
+          feed.request(req);
           continue;
         }
         exchange(req, responses[n % kDistinct]);
@@ -141,30 +132,15 @@ void pipelined_session_memory(std::size_t max_session_partitions, const char* la
   fc::kafka::Options options;
   options.max_session_partitions = max_session_partitions;
   auto decoder = std::make_unique<fc::kafka::Decoder>(sink, options);
-  std::uint64_t req_pos = 0, resp_pos = 0, time = 1;
-  auto request = [&](const std::vector<std::uint8_t>& req) {
-    decoder->data(1, fc::kafka::Direction::kRequest, time++, req_pos, req.size(), req);
-    req_pos += req.size();
-  };
-  auto respond = [&](const FetchResponseFrame& resp) {
-    for (std::size_t i = 0; i < resp.captured.size(); ++i) {
-      const auto& piece = resp.captured[i];
-      decoder->data(1, fc::kafka::Direction::kResponse, time, resp_pos, piece.size(), piece);
-      resp_pos += piece.size();
-      if (i + 1 < resp.captured.size()) {
-        decoder->data(1, fc::kafka::Direction::kResponse, time, resp_pos, resp.records, {});
-        resp_pos += resp.records;
-      }
-    }
-  };
+  fc::testing::FetchFeeder feed{*decoder};
   const std::size_t before = fc::testing::heap_in_use();
   decoder->open(1, 0);
-  request(fetch_request(13, 0, kSessionPartitions, {0, 0}));
-  respond(fetch_response(13, 0, kSessionPartitions, kSession));
+  feed.request(fetch_request(13, 0, kSessionPartitions, {0, 0}));
+  feed.respond(fetch_response(13, 0, kSessionPartitions, kSession));
   const std::size_t session = fc::testing::heap_growth(before);
-  for (int i = 1; i <= kInFlight; ++i) request(fetch_request(13, i, 1, {kSession, i}));
+  for (int i = 1; i <= kInFlight; ++i) feed.request(fetch_request(13, i, 1, {kSession, i}));
   const std::size_t in_flight = fc::testing::heap_growth(before);
-  for (int i = 1; i <= kInFlight; ++i) respond(fetch_response(13, i, 1, kSession));
+  for (int i = 1; i <= kInFlight; ++i) feed.respond(fetch_response(13, i, 1, kSession));
   const std::size_t answered = fc::testing::heap_growth(before);
   if (sink.exchanges != kInFlight + 1) {
     std::fprintf(stderr, "bench: %lu of %d exchanges\n", (unsigned long)sink.exchanges,

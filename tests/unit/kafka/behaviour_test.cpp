@@ -190,35 +190,24 @@ struct SessionConnection {
     void on_exchange(const fc::kafka::Exchange&) override { ++exchanges; }
   } sink;
   Decoder decoder;
-  std::uint64_t req_pos = 0, resp_pos = 0, time = 1;
+  fc::testing::FetchFeeder feed{decoder};
   int correlation = 0;
 
   SessionConnection(int session_partitions, fc::kafka::Options options) : decoder(sink, options) {
     decoder.open(1, 0);
-    request(fc::testing::fetch_request(13, correlation, session_partitions, {0, 0}));
-    respond(fc::testing::fetch_response(13, correlation++, session_partitions, 7));
+    feed.request(fc::testing::fetch_request(13, correlation, session_partitions, {0, 0}));
+    respond(correlation++, session_partitions);
   }
-  void request(const std::vector<std::uint8_t>& frame) {
-    decoder.data(1, Direction::kRequest, time++, req_pos, frame.size(), frame);
-    req_pos += frame.size();
-  }
-  void respond(const fc::testing::FetchResponseFrame& r) {
-    for (std::size_t i = 0; i < r.captured.size(); ++i) {
-      decoder.data(1, Direction::kResponse, time, resp_pos, r.captured[i].size(), r.captured[i]);
-      resp_pos += r.captured[i].size();
-      if (i + 1 < r.captured.size()) {  // records: a sendfile hole
-        decoder.data(1, Direction::kResponse, time, resp_pos, r.records, {});
-        resp_pos += r.records;
-      }
-    }
+  void respond(int correlation_id, int partitions = 1) {
+    feed.respond(fc::testing::fetch_response(13, correlation_id, partitions, 7));
   }
   // `n` incremental requests listing partition 0 only, then (when `answer`) their responses.
   void incremental(int n, bool answer) {
     const int first = correlation;
-    for (int i = 0; i < n; ++i)
-      request(fc::testing::fetch_request(13, correlation++, 1, {7, correlation}));
+    for (int i = 0; i < n; ++i, ++correlation)  // epoch: 1 for the first after the full fetch
+      feed.request(fc::testing::fetch_request(13, correlation, 1, {7, correlation}));
     if (answer)
-      for (int c = first; c < correlation; ++c) respond(fc::testing::fetch_response(13, c, 1, 7));
+      for (int c = first; c < correlation; ++c) respond(c);
   }
 };
 
@@ -236,7 +225,7 @@ TEST_CASE("pipelined incremental fetches carry a session at most max_session_par
   CHECK(conn.sink.carried[3] == 0);
   CHECK(conn.decoder.counters().session_partitions_capped == 13 + 19);
   // Answered, they carry nothing any more: the next request carries the session again.
-  for (int c = 1; c <= 3; ++c) conn.respond(fc::testing::fetch_response(13, c, 1, 7));
+  for (int c = 1; c <= 3; ++c) conn.respond(c);
   CHECK(conn.sink.exchanges == 4);
   conn.incremental(1, true);
   CHECK(conn.sink.carried.back() == 19);
@@ -251,7 +240,7 @@ TEST_CASE("a recycled exchange does not keep a large session's memory") {
   const std::size_t before = fc::testing::heap_in_use();
   conn.incremental(50, false);
   const std::size_t in_flight = fc::testing::heap_growth(before);
-  for (int c = 1; c <= 50; ++c) conn.respond(fc::testing::fetch_response(13, c, 1, 7));
+  for (int c = 1; c <= 50; ++c) conn.respond(c);
   REQUIRE(conn.sink.exchanges == 51);
   for (std::size_t i = 1; i < conn.sink.carried.size(); ++i) CHECK(conn.sink.carried[i] == 1999);
   const std::size_t after = fc::testing::heap_growth(before);
