@@ -310,6 +310,9 @@ struct Attributor::Impl {
       }
       const Reads reads = reads_from(n.topic, p.partition, p.fetch_offset);
       if (reads == Reads::kLocal) continue;
+      // A request of more partitions than the bound keeps its first ones: in request order, the
+      // broker's remote read is among them.
+      if (fetch.parts.size() == options.max_pending_partitions) break;
       PendingPartition part;
       part.topic = n.topic;
       part.topic_id = n.topic_id;
@@ -328,10 +331,7 @@ struct Attributor::Impl {
     if (auto p = processes.find(request.connection); p != processes.end())
       fetch.process = p->second;
 
-    // The oldest fetches make room (a request of more partitions than the bound keeps the first
-    // ones: in request order, the broker's remote read is among them).
-    if (fetch.parts.size() > options.max_pending_partitions)
-      fetch.parts.resize(options.max_pending_partitions);
+    // The oldest fetches make room.
     while (!fetches.empty() &&
            (fetches.size() >= options.max_pending ||
             pending_partitions + fetch.parts.size() > options.max_pending_partitions)) {

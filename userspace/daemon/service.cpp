@@ -646,7 +646,7 @@ struct Service::Impl {
                             {"max_seconds", static_cast<double>(save_max_ns.load()) / 1e9},
                             {"errors", save_errors.load()}};
       doc["parse_errors"] = m.parse_errors;
-      if (pipe) {  // how much of the Kafka streams the capture's holes cost the decoder
+      if (pipe) {  // what the capture's holes cost the decoder, and what the bounds left out
         const auto s = pipe->stats();
         doc["kafka_decoder"] = {{"frames_truncated", s.kafka_frames_truncated},
                                 {"resyncs", s.kafka_resyncs},

@@ -2,14 +2,13 @@
 // 1 million distinct client ids have churned through, plus record() throughput on the hot path.
 #include <doctest/doctest.h>
 
-#include <malloc.h>
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "heap.h"
 #include "sensors/sensors.h"
 
 namespace {
@@ -21,10 +20,6 @@ long rss_kib() {
     if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
   }
   return -1;
-}
-
-std::size_t heap_in_use() {
-  return mallinfo2().uordblks;
 }
 
 std::string client_name(std::uint64_t i) {
@@ -58,12 +53,12 @@ TEST_CASE("sensors: memory and throughput figures") {
 
   // Baseline after the 1M client-id strings above (~80 MB) exist: deltas are the table's.
   const long rss_start = rss_kib();
-  const std::size_t heap_start = heap_in_use();
+  const std::size_t heap_start = fc::testing::heap_in_use();
   fc::sensors::SensorTable table;  // max_sensors 10,000 (default)
   for (std::uint64_t i = 0; i < 10'000; ++i) {
     table.record(observation(clients[i], topics[i % 4], i));
   }
-  const std::size_t heap_live = heap_in_use() - heap_start;
+  const std::size_t heap_live = fc::testing::heap_growth(heap_start);
   const long rss_live = rss_kib();
   std::printf(
       "sensors_bench: 10,000 live sensors: %.0f heap bytes/sensor (table estimate %.0f), "
@@ -93,8 +88,8 @@ TEST_CASE("sensors: memory and throughput figures") {
       "sensors_bench: after 1,000,000 distinct client ids: live %zu, __other__ %zu, "
       "evictions %llu, heap %.0f bytes/live sensor, RSS %ld KiB (+%ld KiB); churn %.2f M/s\n",
       stats.live_sensors, stats.other_sensors, static_cast<unsigned long long>(stats.evictions),
-      (heap_in_use() - heap_start) / static_cast<double>(stats.live_sensors), rss_kib(),
-      rss_kib() - rss_start, 1.0 / seconds);
+      (fc::testing::heap_in_use() - heap_start) / static_cast<double>(stats.live_sensors),
+      rss_kib(), rss_kib() - rss_start, 1.0 / seconds);
   CHECK(stats.live_sensors == 10'000);
   CHECK(table.totals().requests == 10'000 + kUpdates + 1'000'000);
 }

@@ -1,13 +1,12 @@
 #include <doctest/doctest.h>
 
-#include <malloc.h>
-
 #include <atomic>
 #include <map>
 #include <random>
 #include <string>
 #include <thread>
 
+#include "heap.h"
 #include "sensors/sensors.h"
 
 using fc::sensors::Counters;
@@ -213,7 +212,7 @@ TEST_CASE("group info is kept per client id and bounded") {
 }
 
 TEST_CASE("memory per live sensor stays under 1 KiB") {
-  const auto heap_before = mallinfo2().uordblks;
+  const auto heap_before = fc::testing::heap_in_use();
   {
     SensorTable table;
     char client[64];
@@ -221,8 +220,7 @@ TEST_CASE("memory per live sensor stays under 1 KiB") {
       std::snprintf(client, sizeof client, "consumer-app-%05d-instance-a1b2c3", i);
       table.record(get(client, "payments.events.v1", 1, 1));
     }
-    const auto heap_after = mallinfo2().uordblks;
-    const double per_sensor = static_cast<double>(heap_after - heap_before) / 10'000;
+    const double per_sensor = static_cast<double>(fc::testing::heap_growth(heap_before)) / 10'000;
     MESSAGE("heap bytes per sensor: " << per_sensor << ", table's estimate: "
                                       << table.stats().approx_memory_bytes / 10'000.0);
     CHECK(table.stats().approx_memory_bytes / 10'000.0 <= 1024);
