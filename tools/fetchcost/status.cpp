@@ -109,6 +109,19 @@ int run_status(const StatusOptions& o) {
     else
       std::printf("drain       normal priority\n");
   }
+  if (s.contains("local_tier")) {  // which fetches may read remotely: the broker's log dirs
+    const auto& t = s["local_tier"];
+    std::string dirs;
+    for (const auto& d : t.value("log_dirs", nlohmann::json::array()))
+      dirs += (dirs.empty() ? "" : ", ") + d.get<std::string>();
+    if (!dirs.empty())
+      std::printf("local tier  %s partitions in %s (from %s)\n", str(t, "partitions").c_str(),
+                  dirs.c_str(), t.value("origin", "?").c_str());
+    else if (const std::string error = t.value("error", ""); !error.empty())
+      std::printf("local tier  none: %s\n", error.c_str());
+    else
+      std::printf("local tier  none yet (read from the broker once it is found)\n");
+  }
   const auto targets = s.value("targets", nlohmann::json::array());
   std::printf("targets     %zu\n", targets.size());
   for (const auto& t : targets) {

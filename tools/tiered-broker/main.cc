@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "broker.h"
@@ -53,6 +54,21 @@ bool parse_topic(const std::string& s, tb::TopicSpec* t) {
   return t->partitions > 0 && t->messages >= 0;
 }
 
+// The first dir of `log.dirs` (or `log.dir`) in a properties file of plain `key=value` lines;
+// escapes and continuation lines are not read (this fixture writes its own files).
+std::string log_dirs_of(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, dirs, dir;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (line.empty() || line[0] == '#' || eq == std::string::npos) continue;
+    const std::string key = line.substr(0, eq);
+    if (key == "log.dirs" || (key == "log.dir" && dirs.empty())) dirs = line.substr(eq + 1);
+  }
+  std::getline(std::istringstream(dirs), dir, ',');
+  return dir;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,8 +99,13 @@ int main(int argc, char** argv) {
   app.add_option("--admin-listen", admin_listen,
                  "HTTP admin HOST:PORT: GET /ledger[?gets=1], /topics, /groups, /stats, /healthz")
       ->capture_default_str();
-  app.add_option("--log-dirs", log_dir, "log directory (topic dirs in it are recreated)")
-      ->required();
+  std::string properties_file;
+  auto* log_dirs_option =
+      app.add_option("--log-dirs", log_dir, "log directory (topic dirs in it are recreated)");
+  app.add_option("properties", properties_file,
+                 "server.properties, as a broker is started: its log.dirs (its first dir) is the "
+                 "log directory unless --log-dirs is given")
+      ->excludes(log_dirs_option);
   app.add_option("--topic", topic_args,
                  "topic to seed, NAME[:PARTITIONS[:MESSAGES[:VALUE_BYTES]]] (repeatable; "
                  "default scan:3:2000:1000)");
@@ -195,6 +216,17 @@ int main(int argc, char** argv) {
       return 2;
     }
     lc.topics.push_back(t);
+  }
+  if (!properties_file.empty()) {
+    log_dir = log_dirs_of(properties_file);
+    if (log_dir.empty()) {
+      std::cerr << "tiered-broker: " << properties_file << " names no log.dirs\n";
+      return 2;
+    }
+  }
+  if (log_dir.empty()) {
+    std::cerr << "tiered-broker: give --log-dirs or a properties file with log.dirs\n";
+    return 2;
   }
   lc.log_dir = log_dir;
   if (lc.chunk_size == 0 || lc.segment_bytes == 0 || lc.batch_records <= 0) {

@@ -13,12 +13,16 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/version.h"
 #include "capture/capture.h"
+#include "daemon/broker_config.h"
 #include "daemon/config.h"
 #include "daemon/privileges.h"
 #include "daemon/service.h"
@@ -260,13 +264,6 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "fetchcostd: serving /metrics and /api/v1 on %s (port %d)\n",
                config.listen.c_str(), (*service)->port());
-  if (config.log_dirs.empty())
-    std::fprintf(stderr,
-                 "fetchcostd: warning: log_dirs is empty: without the broker's local log start "
-                 "offsets every fetch of a partition may have caused its GETs, and a consumer "
-                 "reading at the log's end takes GETs of one reading remotely; set log_dirs to "
-                 "the broker's log.dirs (docs/configuration.md)\n");
-
   auto on_event = [&](const fc::capture::EventView& ev) {
     ++seen;
     (*service)->on_event(ev);
@@ -364,6 +361,46 @@ int main(int argc, char** argv) {
   else
     std::fprintf(stderr, "fetchcostd: capabilities now %s\n", caps->c_str());
 
+  // Without log_dirs in the config: the log dirs each watched broker names (its properties file
+  // and --override settings), all of them together; each pid is read once. When its broker
+  // exits they are kept until another broker names others.
+  std::map<pid_t, std::optional<fc::daemon::BrokerLogDirs>> broker_log_dirs;
+  std::vector<std::string> log_dirs_in_use;
+  auto use_broker_log_dirs = [&] {
+    std::vector<std::string> dirs;
+    std::string origin;
+    for (pid_t pid : watched) {
+      auto [entry, added] = broker_log_dirs.try_emplace(pid);
+      if (added) {
+        auto found = fc::daemon::broker_log_dirs(pid);
+        if (found) {
+          entry->second = std::move(*found);
+        } else {
+          std::fprintf(stderr, "fetchcostd: warning: %s\n", found.error().message.c_str());
+          (*service)->set_log_dirs_error(found.error().message);
+        }
+      }
+      if (!entry->second) continue;
+      dirs.insert(dirs.end(), entry->second->dirs.begin(), entry->second->dirs.end());
+      origin += (origin.empty() ? "pid " : "; pid ") + std::to_string(pid) + " " +
+                entry->second->properties_file;
+    }
+    std::sort(dirs.begin(), dirs.end());
+    dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
+    if (dirs.empty() || dirs == log_dirs_in_use) return;
+    std::string joined;
+    for (const auto& d : dirs) joined += (joined.empty() ? "" : ", ") + d;
+    if (auto used = (*service)->use_broker_log_dirs(dirs, origin); !used) {
+      std::fprintf(stderr, "fetchcostd: warning: the broker's log dirs (%s): %s\n", joined.c_str(),
+                   used.error().message.c_str());
+      return;
+    }
+    log_dirs_in_use = std::move(dirs);
+    std::fprintf(stderr,
+                 "fetchcostd: local log start offsets from the broker's log dirs: %s (%s)\n",
+                 joined.c_str(), origin.c_str());
+  };
+
   auto refresh_targets = [&] {
     std::vector<pid_t> wanted(pids.begin(), pids.end());
     if (pids.empty())
@@ -388,8 +425,10 @@ int main(int argc, char** argv) {
       }
       capture->remove_target(*it);
       std::fprintf(stderr, "fetchcostd: pid %d exited\n", *it);
+      broker_log_dirs.erase(*it);
       it = watched.erase(it);
     }
+    if (!(*service)->log_dirs_configured()) use_broker_log_dirs();
   };
 
   signal(SIGINT, on_signal);

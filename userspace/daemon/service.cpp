@@ -189,6 +189,10 @@ struct Service::Impl {
   sensors::SensorTable sensors;
   std::unique_ptr<tier::LocalTierMap> tier_map;
   std::unique_ptr<pipeline::TierView> tier_view;
+  // Where the tier map's log dirs came from ("config", or the broker process and properties
+  // file they were read from; empty: none yet), and why the broker's could not be read.
+  std::string log_dirs_origin;
+  std::string log_dirs_error;
   std::unique_ptr<exporter::Ledger> ledger;
   std::unique_ptr<exporter::AuditLog> audit;
   std::unique_ptr<pipeline::Pipeline> pipe;
@@ -656,6 +660,12 @@ struct Service::Impl {
         doc["attribution"] = {{"fetches_tracked", a.fetches_tracked},
                               {"pending_evicted", a.pending_evicted}};
       }
+      const auto ts = tier_map->stats();
+      doc["local_tier"] = {{"log_dirs", tier_map->log_dirs()},
+                           {"origin", log_dirs_origin},
+                           {"error", log_dirs_error},
+                           {"partitions", ts.partitions},
+                           {"log_dirs_missing", ts.log_dirs_missing}};
       const auto st = sensors.stats();
       doc["sensors"] = {{"live", st.live_sensors},
                         {"other", st.other_sensors},
@@ -751,15 +761,16 @@ Result<std::unique_ptr<Service>> Service::create(const Config& config) {
   auto prices = cost::load_price_table(config.price_table);
   if (!prices) return make_error("price_table: " + prices.error().message);
   impl->currency = prices->currency;
-  if (!config.log_dirs.empty()) {
-    impl->tier_map = std::make_unique<tier::LocalTierMap>(
-        tier::Options{.log_dirs = config.log_dirs,
-                      .rescan_interval = std::chrono::milliseconds(
-                          static_cast<std::int64_t>(config.log_dirs_rescan_seconds * 1000)),
-                      .use_inotify = config.log_dirs_inotify});
-    if (auto r = impl->tier_map->start(); !r) return make_error("log_dirs: " + r.error().message);
-    impl->tier_view = std::make_unique<pipeline::TierView>(*impl->tier_map);
-  }
+  // Without log_dirs in the config the map starts empty and takes the broker's own log dirs
+  // once a broker process is watched (use_broker_log_dirs).
+  impl->tier_map = std::make_unique<tier::LocalTierMap>(
+      tier::Options{.log_dirs = config.log_dirs,
+                    .rescan_interval = std::chrono::milliseconds(
+                        static_cast<std::int64_t>(config.log_dirs_rescan_seconds * 1000)),
+                    .use_inotify = config.log_dirs_inotify});
+  if (auto r = impl->tier_map->start(); !r) return make_error("log_dirs: " + r.error().message);
+  impl->tier_view = std::make_unique<pipeline::TierView>(*impl->tier_map);
+  if (!config.log_dirs.empty()) impl->log_dirs_origin = "config";
   auto ledger = exporter::Ledger::open(
       config.state_dir, exporter::LedgerRetention{.retention_days = config.ledger_retention_days,
                                                   .hourly_days = config.ledger_hourly_days});
@@ -866,6 +877,24 @@ Result<void> Service::reload(const Config& config) {
   impl_->config.price_table = config.price_table;
   impl_->enabled = config.attribution_enabled;
   return {};
+}
+
+bool Service::log_dirs_configured() const {
+  return !impl_->config.log_dirs.empty();
+}
+
+Result<void> Service::use_broker_log_dirs(std::vector<std::string> dirs, std::string origin) {
+  if (log_dirs_configured()) return {};
+  auto changed = impl_->tier_map->set_log_dirs(std::move(dirs));
+  std::lock_guard lock(impl_->mutex);
+  impl_->log_dirs_origin = std::move(origin);
+  impl_->log_dirs_error = changed ? std::string() : changed.error().message;
+  return changed;
+}
+
+void Service::set_log_dirs_error(std::string error) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->log_dirs_error = std::move(error);
 }
 
 void Service::count_config_error() {

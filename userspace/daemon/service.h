@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "base/result.h"
 #include "capture/capture.h"
@@ -34,6 +36,13 @@ class Service {
   // A refused config is counted (fetchcost_config_errors_total) and the running one kept.
   Result<void> reload(const Config& config);
   void count_config_error();
+  // Whether the config names the broker's log dirs; if not, the broker's own are used, once
+  // found (daemon/broker_config.h): `origin` says where they were read, for /api/v1/status.
+  // Call from the capture thread (the tier map's lookups run there).
+  bool log_dirs_configured() const;
+  Result<void> use_broker_log_dirs(std::vector<std::string> dirs, std::string origin);
+  // Why the broker's log dirs could not be found (empty: cleared), for /api/v1/status.
+  void set_log_dirs_error(std::string error);
   // Flushes everything and saves the ledger.
   void shutdown();
   int port() const;

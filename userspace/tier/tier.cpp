@@ -396,6 +396,24 @@ void LocalTierMap::stop() {
   m.watches.clear();
 }
 
+Result<void> LocalTierMap::set_log_dirs(std::vector<std::string> log_dirs) {
+  const bool running = impl_->watcher.joinable();
+  stop();
+  {
+    // The watcher is stopped; lookups read the map, not the dirs, but log_dirs() reads them.
+    std::unique_lock lock(impl_->mutex);
+    impl_->options.log_dirs = std::move(log_dirs);
+  }
+  if (running) return start();
+  rescan();
+  return {};
+}
+
+std::vector<std::string> LocalTierMap::log_dirs() const {
+  std::shared_lock lock(impl_->mutex);
+  return impl_->options.log_dirs;
+}
+
 std::optional<std::int64_t> LocalTierMap::local_log_start(std::string_view topic,
                                                           std::int32_t partition) const {
   std::shared_lock lock(impl_->mutex);

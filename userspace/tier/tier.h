@@ -71,6 +71,10 @@ class LocalTierMap {
   // Scans once, then keeps the map current on a background thread.
   Result<void> start();
   void stop();
+  // Watches these log dirs instead (the broker's, found once it runs): stops the watcher, scans
+  // the new dirs whole and starts it again. Lookups meanwhile see the old map, then the new one.
+  Result<void> set_log_dirs(std::vector<std::string> log_dirs);
+  std::vector<std::string> log_dirs() const;
 
   std::optional<std::int64_t> local_log_start(std::string_view topic, std::int32_t partition) const;
   std::optional<std::string> topic_id(std::string_view topic) const;

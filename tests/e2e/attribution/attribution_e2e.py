@@ -98,6 +98,9 @@ def main():
                          "fail (404)")
     ap.add_argument("--log-dirs-rescan-only", action="store_true",
                     help="log_dirs_inotify false: periodic rescans alone keep the local tier")
+    ap.add_argument("--log-dirs-from-broker", action="store_true",
+                    help="the config names no log_dirs: fetchcostd reads them from the broker "
+                         "(its server.properties, named relative to its working directory)")
     ap.add_argument("--s3-read-bytes", type=int, default=0,
                     help="the broker reads a GET's response this many bytes at a time (a JVM "
                          "HTTP client's buffer): its body's reads are folded in the kernel, and "
@@ -134,7 +137,9 @@ def main():
             "targets": {"pids": [info["broker"]["pid"]]},
             "kafka_ports": [int(info["broker"]["bootstrap"].rsplit(":", 1)[1])],
             "object_store": {"ports": [info["s3"]["port"]]},
-            "log_dirs": [info["broker"]["log_dirs"]] if not os.environ.get("NO_TIER") else [],
+            # NO_TIER (by hand): no log dirs at all, to see what attribution does without them.
+            "log_dirs": [] if args.log_dirs_from_broker or os.environ.get("NO_TIER")
+            else [info["broker"]["log_dirs"]],
             "state_dir": os.path.join(workdir, "state"),
             "audit_log": {"path": os.path.join(workdir, "audit.jsonl")},
             "price_table": "aws-s3-standard-internet",
@@ -158,11 +163,17 @@ def main():
             scenario.wait_http(base + "/readyz", 30, fc, os.path.join(workdir, "fetchcostd.log"))
         except RuntimeError as e:
             fail(f"fetchcostd did not become ready: {e}")
-        if args.capture_variant:
-            with urllib.request.urlopen(base + "/api/v1/status", timeout=10) as r:
-                loaded = json.load(r)["variant"]
-            if loaded != args.capture_variant:
-                fail(f"fetchcostd loaded {loaded}, not {args.capture_variant}")
+        with urllib.request.urlopen(base + "/api/v1/status", timeout=10) as r:
+            status = json.load(r)
+        if args.capture_variant and status["variant"] != args.capture_variant:
+            fail(f"fetchcostd loaded {status['variant']}, not {args.capture_variant}")
+        if args.log_dirs_from_broker:
+            tier = status["local_tier"]
+            partitions = sum(len(t["partitions"]) for t in world.admin("/topics"))
+            if (tier["log_dirs"] != [info["broker"]["log_dirs"]] or
+                    tier["partitions"] != partitions or
+                    tier["origin"] != f"pid {info['broker']['pid']} config/server.properties"):
+                fail(f"the broker's log dirs were not found: {tier}")
         if args.prometheus:
             prom, prom_base = scenario.start_prometheus(workdir, f"127.0.0.1:{port}")
         inotify_fds = 0

@@ -202,7 +202,10 @@ def main():
                 or "config" not in st.stdout or "probes" not in st.stdout \
                 or not re.search(r"programs loaded in \d+\.\d\d s, at most [1-9]\d* instructions", st.stdout) \
                 or not re.search(r"drain backlog \d+\.\d MiB \(peak \d+\.\d of 64 MiB", st.stdout) \
-                or not re.search(r"drain +yields to the broker .*fell behind \d+ times", st.stdout):
+                or not re.search(r"drain +yields to the broker .*fell behind \d+ times", st.stdout) \
+                or not re.search(r"local tier +[1-9]\d* partitions in " +
+                                 re.escape(info["broker"]["log_dirs"]) + r" \(from config\)",
+                                 st.stdout):
             fail(f"fetchcost status:\n{st.stdout}{st.stderr}")
         print("status: ok")
 

@@ -235,6 +235,37 @@ TEST_CASE(
   map.stop();
 }
 
+TEST_CASE("a map started with no log dirs takes the broker's once found, and watches them") {
+  LogDir first, second;
+  LogDir::segment(first.partition("orders-0", kOrdersId), 100);
+  LogDir::segment(second.partition("orders-1", kOrdersId), 300);
+  fc::tier::Options options;  // no log dirs yet: the broker is not found
+  options.rescan_interval = std::chrono::hours(1);
+  LocalTierMap map(options);
+  REQUIRE(map.start().ok());
+  CHECK(map.partitions().empty());
+
+  REQUIRE(map.set_log_dirs({first.root.string(), second.root.string()}).ok());
+  CHECK(map.log_dirs() == std::vector<std::string>{first.root.string(), second.root.string()});
+  CHECK(map.local_log_start("orders", 0) == 100);
+  CHECK(map.local_log_start("orders", 1) == 300);
+  // Watched with inotify from then on.
+  fs::remove(first.root / "orders-0" / "00000000000000000100.log");
+  LogDir::segment(first.root / "orders-0", 150);
+  CHECK(eventually([&] { return map.local_log_start("orders", 0) == 150; }));
+
+  // Another broker (another set of dirs): the first dirs are forgotten, and no longer watched.
+  REQUIRE(map.set_log_dirs({second.root.string()}).ok());
+  CHECK_FALSE(map.local_log_start("orders", 0));
+  CHECK(map.local_log_start("orders", 1) == 300);
+  const auto events = map.stats().inotify_events;
+  LogDir::segment(first.root / "orders-0", 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(map.stats().inotify_events == events);
+  CHECK_FALSE(map.local_log_start("orders", 0));
+  map.stop();
+}
+
 TEST_CASE("periodic rescan alone keeps the map current (no inotify)") {
   LogDir dir;
   fc::tier::Options options{{dir.root.string()}};
