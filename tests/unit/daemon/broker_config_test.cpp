@@ -1,15 +1,20 @@
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "daemon/broker_config.h"
+#include "testing.h"
 
 using fc::daemon::java_property;
 using fc::daemon::log_dirs_setting;
@@ -42,8 +47,8 @@ TEST_CASE("the broker's properties file and overrides come from its command line
 TEST_CASE("properties are read as java.util.Properties reads them") {
   const std::string text =
       "# log.dirs=/commented\n"
-      "! log.dirs=/commented/too\\\n"  // a comment line does not continue
       "   \n"
+      "! log.dirs=/commented/too\\\n"  // a comment line does not continue
       "num.partitions : 3\r\n"
       "log.segment.bytes   1073741824\n"
       "listeners=PLAINTEXT://:9092,\\\n"
@@ -140,4 +145,62 @@ TEST_CASE("a running broker's log dirs are read through its own working director
     CHECK(none.error().message.find("names no server properties file") != std::string::npos);
   }
   fs::remove_all(dir);
+}
+
+namespace {
+
+// Replaces this process's command line in place (as setproctitle does): /proc/PID/cmdline reads
+// the memory its arguments were passed in. False when `args` do not fit.
+bool set_command_line(const std::vector<std::string>& args) {
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // after "pid (comm) "
+  std::string field;
+  unsigned long long arg_start = 0, arg_end = 0;
+  for (int i = 3; fields >> field; ++i) {  // fields 48 and 49: arg_start, arg_end
+    if (i == 48) arg_start = std::stoull(field);
+    if (i == 49) arg_end = std::stoull(field);
+  }
+  std::string joined;
+  for (const auto& a : args) joined.append(a).push_back('\0');
+  if (arg_start == 0 || joined.size() > arg_end - arg_start) return false;
+  joined.resize(arg_end - arg_start, '\0');
+  std::memcpy(reinterpret_cast<void*>(arg_start), joined.data(), joined.size());
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("a broker in a container (its own root) is read through /proc/PID/root") {
+  fc::testing::require_root("chroot() makes the fake broker's own root");
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("fc-broker-root-" + std::to_string(getpid()));
+  fs::create_directories(root / "opt/kafka/config");
+  fs::create_directories(root / "var/lib/kafka/data");
+  std::ofstream(root / "opt/kafka/config/server.properties") << "log.dirs=/var/lib/kafka/data\n";
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  const pid_t broker = fork();
+  if (broker == 0) {
+    const bool ok = set_command_line({"java", "kafka.Kafka", "config/server.properties"}) &&
+                    chroot(root.c_str()) == 0 && chdir("/opt/kafka") == 0;
+    if (write(ready[1], ok ? "1" : "0", 1) != 1) _exit(1);
+    pause();
+    _exit(0);
+  }
+  char ok = '0';
+  REQUIRE(read(ready[0], &ok, 1) == 1);
+  auto found = fc::daemon::broker_log_dirs(broker);
+  // Its paths are not ours: they are reached through its /proc links.
+  const bool reachable = found && found->dirs.size() == 1 && fs::is_directory(found->dirs[0]);
+  kill(broker, SIGKILL);
+  waitpid(broker, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+  REQUIRE(ok == '1');
+  REQUIRE_MESSAGE(found, found.error().message);
+  CHECK(found->dirs ==
+        std::vector<std::string>{"/proc/" + std::to_string(broker) + "/root/var/lib/kafka/data"});
+  CHECK(reachable);
+  fs::remove_all(root);
 }
