@@ -214,6 +214,7 @@ Result run(double fetches_s, double gets_s, std::int32_t partitions, double seco
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 20.0;
+  const int only_row = argc > 2 ? std::atoi(argv[2]) : 0;  // 1-based, for a profiler; 0: all
   std::printf(
       "attribution: %d consumers, 1 GET per remote fetch, answered fetches kept 2 s; %.0f s "
       "simulated per row, this thread's CPU time\n\n",
@@ -244,6 +245,7 @@ int main(int argc, char** argv) {
                       {8000, 500, 8, 100, false, nullptr, ", no tier"},
                       {8000, 500, 8, 100, false, &unbounded, ", no tier, no partition bound"}};
   for (const Row& row : rows) {
+    if (only_row > 0 && &row != &rows[only_row - 1]) continue;
     const Result r = run(row.fetches_s, row.gets_s, row.partitions, seconds, row.session,
                          row.with_tier, row.options ? *row.options : defaults);
     std::printf(
