@@ -14,10 +14,17 @@
 namespace fc::attribution {
 namespace {
 
+struct Bucket;
+
 struct PendingPartition {
   std::string topic;
   std::string topic_id;  // base64, for matching keys when the name was not resolved
   std::int32_t partition = -1;
+  // The by_partition buckets that list the fetch for this partition (by name, by topic id):
+  // kept, so that answering and finishing a fetch look nothing up. A bucket lives while it
+  // lists a fetch.
+  Bucket* by_name = nullptr;
+  Bucket* by_id = nullptr;
   std::int64_t fetch_offset = -1;
   std::int32_t max_bytes = -1;
   bool first_remote = true;  // the partition the broker reads remotely if it reads only one
@@ -67,12 +74,45 @@ std::uint64_t after(std::uint64_t t, std::uint64_t d) {
   return t > ~std::uint64_t{0} - d ? ~std::uint64_t{0} : t + d;
 }
 
-std::string partition_key(std::string_view topic, std::int32_t partition) {
-  std::string key(topic);
-  key.push_back('\0');
-  key.append(std::to_string(partition));
-  return key;
-}
+// Pending fetches per (topic or topic id, partition) that may read that partition remotely.
+// Answered ones are kept apart, by answer time: they are kept answered_retain_ns for reads known
+// late, but only a read that started before the answer can take one, so a read looks at the
+// newest few of them instead of walking a busy partition's last seconds of fetches. Deques:
+// fetches mostly finish oldest first, and leave from the front.
+struct Bucket {
+  std::deque<FetchIt> open;      // not answered yet, in arrival order
+  std::deque<FetchIt> answered;  // in answered_ns order
+};
+
+// (topic or topic id, partition), looked up by a view: a lookup allocates nothing.
+struct PartitionKey {
+  std::string topic;
+  std::int32_t partition;
+};
+struct PartitionView {
+  std::string_view topic;
+  std::int32_t partition;
+};
+struct PartitionKeyHash {
+  using is_transparent = void;
+  std::size_t operator()(PartitionView k) const {
+    return std::hash<std::string_view>{}(k.topic) ^
+           (static_cast<std::size_t>(k.partition) * 0x9E3779B97F4A7C15ull);
+  }
+  std::size_t operator()(const PartitionKey& k) const {
+    return (*this)(PartitionView{k.topic, k.partition});
+  }
+};
+struct PartitionKeyEqual {
+  using is_transparent = void;
+  static PartitionView view(const PartitionKey& k) { return {k.topic, k.partition}; }
+  static PartitionView view(PartitionView k) { return k; }
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    const PartitionView x = view(a), y = view(b);
+    return x.partition == y.partition && x.topic == y.topic;
+  }
+};
 
 }  // namespace
 
@@ -85,16 +125,7 @@ struct Attributor::Impl {
 
   FetchList fetches;  // arrival order (the remote reader pool is FIFO)
   std::unordered_multimap<std::uint64_t, FetchIt> by_request;
-  // Pending fetches per (topic or topic id, partition) that may read that partition remotely.
-  // Answered ones are kept apart, by answer time: they are kept answered_retain_ns for reads known
-  // late, but only a read that started before the answer can take one, so a read looks at the
-  // newest few of them instead of walking a busy partition's last seconds of fetches. Deques:
-  // fetches mostly finish oldest first, and leave from the front.
-  struct Bucket {
-    std::deque<FetchIt> open;      // not answered yet, in arrival order
-    std::deque<FetchIt> answered;  // in answered_ns order
-  };
-  std::unordered_map<std::string, Bucket> by_partition;
+  std::unordered_map<PartitionKey, Bucket, PartitionKeyHash, PartitionKeyEqual> by_partition;
   std::uint64_t arrivals = 0;
   // When the answered and the closed fetches are due to finish (expiry_of, arrival), soonest on
   // top, so that a sweep (every 10 ms) does not walk every fetch kept. An entry whose fetch has
@@ -201,33 +232,31 @@ struct Attributor::Impl {
   // ones, kept in answered_ns order (answers come nearly in order: the place is found from the
   // back).
   void index_answered(FetchIt fetch) {
-    for_each_bucket(*fetch, [&](auto bucket) {
-      remove(bucket->second.open, fetch);
-      auto& answered = bucket->second.answered;
+    for_each_bucket(*fetch, [&](Bucket& bucket, const std::string&, std::int32_t) {
+      remove(bucket.open, fetch);
+      auto& answered = bucket.answered;
       auto at = answered.end();
       while (at != answered.begin() && (*std::prev(at))->answered_ns > fetch->answered_ns) --at;
       answered.insert(at, fetch);
     });
   }
 
-  // Calls f with each existing bucket of the fetch's partitions (by topic name and by topic id).
+  // Calls f(bucket, name the bucket is keyed by, partition) for each bucket that lists the
+  // fetch (by topic name and by topic id).
   template <typename F>
-  void for_each_bucket(const PendingFetch& fetch, F f) {
+  static void for_each_bucket(const PendingFetch& fetch, F f) {
     for (const auto& part : fetch.parts) {
-      for (const std::string* name : {&part.topic, &part.topic_id}) {
-        if (name->empty()) continue;
-        auto bucket = by_partition.find(partition_key(*name, part.partition));
-        if (bucket != by_partition.end()) f(bucket);
-      }
+      if (part.by_name) f(*part.by_name, part.topic, part.partition);
+      if (part.by_id) f(*part.by_id, part.topic_id, part.partition);
     }
   }
 
   void unindex(FetchIt fetch) {
     unindex_request(fetch);
-    for_each_bucket(*fetch, [&](auto bucket) {
-      remove(fetch->answered_ns ? bucket->second.answered : bucket->second.open, fetch);
-      if (bucket->second.open.empty() && bucket->second.answered.empty())
-        by_partition.erase(bucket);
+    for_each_bucket(*fetch, [&](Bucket& bucket, const std::string& name, std::int32_t partition) {
+      remove(fetch->answered_ns ? bucket.answered : bucket.open, fetch);
+      if (bucket.open.empty() && bucket.answered.empty())
+        by_partition.erase(by_partition.find(PartitionView{name, partition}));
     });
     for (std::uint32_t tid : fetch->reader_threads) {
       auto it = by_thread.find(tid);
@@ -235,23 +264,35 @@ struct Attributor::Impl {
     }
   }
 
-  // What the response says about each tracked partition.
+  // What the response says about each tracked partition. A response lists its partitions in
+  // request order, so each search starts after the last match: a fetch of many tracked
+  // partitions is answered in one pass, not one pass over the response per partition.
   static void record_response(PendingFetch& fetch, const kafka::Exchange& response) {
     fetch.response_seen = true;
     const auto& fx = response.fetch;
-    for (auto& part : fetch.parts) {
-      for (const auto& rp : fx.partitions) {
-        if (!rp.in_response || rp.partition != part.partition) continue;
-        if (rp.topic_index >= fx.topics.size()) continue;
-        const auto& t = fx.topics[rp.topic_index];
-        if ((!t.name.empty() && t.name == part.topic) ||
-            (!t.id.is_zero() && t.id.to_base64() == part.topic_id)) {
-          part.answered = true;
-          part.delivered = rp.records_size > 0 ? static_cast<std::uint64_t>(rp.records_size) : 0;
-          part.storage_error = rp.error_code == kKafkaStorageError;
-          part.remote_answer = part.delivered > 0 || part.storage_error;
-          break;
-        }
+    auto& parts = fetch.parts;
+    std::vector<std::string> ids;  // the response's topic ids in base64, each made once
+    std::size_t next = 0;
+    for (const auto& rp : fx.partitions) {
+      if (!rp.in_response || rp.topic_index >= fx.topics.size()) continue;
+      const auto& t = fx.topics[rp.topic_index];
+      const std::string* id = nullptr;
+      if (!t.id.is_zero()) {
+        ids.resize(fx.topics.size());
+        if (ids[rp.topic_index].empty()) ids[rp.topic_index] = t.id.to_base64();
+        id = &ids[rp.topic_index];
+      }
+      for (std::size_t n = 0, i = next; n < parts.size();
+           ++n, i = i + 1 == parts.size() ? 0 : i + 1) {
+        PendingPartition& part = parts[i];
+        if (part.answered || part.partition != rp.partition) continue;
+        if (!(!t.name.empty() && t.name == part.topic) && !(id && *id == part.topic_id)) continue;
+        part.answered = true;
+        part.delivered = rp.records_size > 0 ? static_cast<std::uint64_t>(rp.records_size) : 0;
+        part.storage_error = rp.error_code == kKafkaStorageError;
+        part.remote_answer = part.delivered > 0 || part.storage_error;
+        next = i + 1 == parts.size() ? 0 : i + 1;
+        break;
       }
     }
   }
@@ -344,10 +385,16 @@ struct Attributor::Impl {
     FetchIt it = std::prev(fetches.end());
     by_arrival.emplace(it->arrival, it);
     by_request.emplace(fetch_key(it->connection, it->correlation_id), it);
-    for (const auto& part : it->parts) {
-      for (const std::string* name : {&part.topic, &part.topic_id}) {
-        if (!name->empty()) by_partition[partition_key(*name, part.partition)].open.push_back(it);
-      }
+    auto bucket_of = [&](const std::string& name, std::int32_t partition) {
+      auto found = by_partition.find(PartitionView{name, partition});
+      if (found == by_partition.end())
+        found = by_partition.emplace(PartitionKey{name, partition}, Bucket{}).first;
+      found->second.open.push_back(it);
+      return &found->second;
+    };
+    for (auto& part : it->parts) {
+      if (!part.topic.empty()) part.by_name = bucket_of(part.topic, part.partition);
+      if (!part.topic_id.empty()) part.by_id = bucket_of(part.topic_id, part.partition);
     }
     ++counters.fetches_tracked;
   }
@@ -398,7 +445,7 @@ struct Attributor::Impl {
   const Bucket* partition_bucket(const ObjectRead& read) const {
     for (std::string_view name : {read.topic, read.topic_id}) {
       if (name.empty()) continue;
-      auto b = by_partition.find(partition_key(name, read.partition));
+      auto b = by_partition.find(PartitionView{name, read.partition});
       if (b != by_partition.end()) return &b->second;
     }
     return nullptr;
@@ -723,10 +770,12 @@ struct Attributor::Impl {
   // the one due last before its answer (one due earlier fits every answer this one fits).
   std::vector<std::optional<Affinity>> match_failures() {
     std::vector<std::optional<Affinity>> out(failures.size());
-    std::unordered_map<std::string, std::vector<std::size_t>> by_key;
+    std::unordered_map<PartitionKey, std::vector<std::size_t>, PartitionKeyHash, PartitionKeyEqual>
+        by_key;
     for (std::size_t i = 0; i < failures.size(); ++i) {
       const ObjectRead& r = failures[i].read;
-      by_key[partition_key(r.topic.empty() ? r.topic_id : r.topic, r.partition)].push_back(i);
+      by_key[PartitionKey{std::string(r.topic.empty() ? r.topic_id : r.topic), r.partition}]
+          .push_back(i);
     }
     for (auto& [key, reads] : by_key) {
       const ObjectRead& first = failures[reads.front()].read;

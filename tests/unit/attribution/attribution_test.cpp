@@ -515,6 +515,40 @@ TEST_CASE("an estimated read goes to the partition the broker read remotely") {
   CHECK(sink.reads[1].partition == 0);
 }
 
+TEST_CASE("a response listing partitions in another order than its request answers each one") {
+  // Each partition's answer is found whatever order the response lists them in, by name or (v13+,
+  // no name known) by topic id: the read goes to the partition the response filled, and each
+  // partition reports the bytes delivered for it.
+  kafka::Uuid id;
+  for (std::size_t i = 0; i < id.bytes.size(); ++i) id.bytes[i] = static_cast<std::uint8_t>(i + 7);
+  for (bool by_id : {false, true}) {
+    CAPTURE(by_id);
+    RecordingSink sink;
+    attribution::Attributor attributor(sink, nullptr);  // every partition possibly remote
+    attributor.expect_estimates();
+    auto x = fetch(1, 1, "c", 100, {{"t", 0, 10}, {"t", 1, 10}, {"t", 2, 10}, {"t", 3, 10}});
+    if (by_id) {
+      x.fetch.topics[0].name.clear();
+      x.fetch.topics[0].id = id;
+    }
+    attributor.on_request(x);
+    auto answer = respond(x, 350, 0);
+    std::swap(answer.fetch.partitions[0], answer.fetch.partitions[1]);  // 1, 0, 2, 3
+    std::swap(answer.fetch.partitions[2], answer.fetch.partitions[3]);  // 1, 0, 3, 2
+    // Only partition 0 got records: the one found by looking back from the last match.
+    for (auto& p : answer.fetch.partitions) p.records_size = p.partition == 0 ? 3000 : 0;
+    attributor.on_exchange(answer);
+    attributor.on_object_read(estimated(50, 200, 300, 4000));
+    attributor.expire(~0ull);
+    REQUIRE(sink.reads.size() == 1);
+    CHECK(sink.reads[0].client == "c");
+    CHECK(sink.reads[0].partition == 0);
+    REQUIRE(sink.done.size() == 1);
+    CHECK(sink.done[0].partition == 0);
+    CHECK(sink.done[0].bytes_delivered == 3000);
+  }
+}
+
 TEST_CASE("estimated reads are decided in start order, whatever order their cycles complete in") {
   RecordingSink sink;
   FixedTier tier;
