@@ -54,19 +54,24 @@ bool parse_topic(const std::string& s, tb::TopicSpec* t) {
   return t->partitions > 0 && t->messages >= 0;
 }
 
-// The first dir of `log.dirs` (or `log.dir`) in a properties file of plain `key=value` lines;
-// escapes and continuation lines are not read (this fixture writes its own files).
-std::string log_dirs_of(const std::string& path) {
+// The value of `key` in a properties file of plain `key=value` lines; escapes and continuation
+// lines are not read (this fixture is given files its own scripts write).
+std::string property(const std::string& path, const std::string& key) {
   std::ifstream in(path);
-  std::string line, dirs, dir;
+  std::string line, value;
   while (std::getline(in, line)) {
     const auto eq = line.find('=');
     if (line.empty() || line[0] == '#' || eq == std::string::npos) continue;
-    const std::string key = line.substr(0, eq);
-    if (key == "log.dirs" || (key == "log.dir" && dirs.empty())) dirs = line.substr(eq + 1);
+    if (line.substr(0, eq) == key) value = line.substr(eq + 1);
   }
-  std::getline(std::istringstream(dirs), dir, ',');
-  return dir;
+  return value;
+}
+
+// The first entry of a comma-separated value.
+std::string first_of(const std::string& list) {
+  std::string first;
+  std::getline(std::istringstream(list), first, ',');
+  return first;
 }
 
 }  // namespace
@@ -104,7 +109,8 @@ int main(int argc, char** argv) {
       app.add_option("--log-dirs", log_dir, "log directory (topic dirs in it are recreated)");
   app.add_option("properties", properties_file,
                  "server.properties, as a broker is started: its log.dirs (its first dir) is the "
-                 "log directory unless --log-dirs is given")
+                 "log directory unless --log-dirs is given, and its listeners (the first, "
+                 "PLAINTEXT://HOST:PORT) the Kafka listener unless --listen is given")
       ->excludes(log_dirs_option);
   app.add_option("--topic", topic_args,
                  "topic to seed, NAME[:PARTITIONS[:MESSAGES[:VALUE_BYTES]]] (repeatable; "
@@ -174,6 +180,21 @@ int main(int argc, char** argv) {
   app.add_option("--ledger-file", ledger_file, "write the ledger (JSON) here on exit");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (!properties_file.empty()) {
+    log_dir = first_of(property(properties_file, "log.dirs"));
+    if (log_dir.empty()) log_dir = property(properties_file, "log.dir");
+    if (log_dir.empty()) {
+      std::cerr << "tiered-broker: " << properties_file << " names no log.dirs\n";
+      return 2;
+    }
+    const std::string listener = first_of(property(properties_file, "listeners"));
+    if (app.count("--listen") == 0 && listener.find("://") != std::string::npos)
+      listen = listener.substr(listener.find("://") + 3);
+  }
+  if (log_dir.empty()) {
+    std::cerr << "tiered-broker: give --log-dirs or a properties file with log.dirs\n";
+    return 2;
+  }
   tb::set_record_marker(record_marker);
   for (const auto& u : sasl_users) {
     const auto colon = u.find(':');
@@ -216,17 +237,6 @@ int main(int argc, char** argv) {
       return 2;
     }
     lc.topics.push_back(t);
-  }
-  if (!properties_file.empty()) {
-    log_dir = log_dirs_of(properties_file);
-    if (log_dir.empty()) {
-      std::cerr << "tiered-broker: " << properties_file << " names no log.dirs\n";
-      return 2;
-    }
-  }
-  if (log_dir.empty()) {
-    std::cerr << "tiered-broker: give --log-dirs or a properties file with log.dirs\n";
-    return 2;
   }
   lc.log_dir = log_dir;
   if (lc.chunk_size == 0 || lc.segment_bytes == 0 || lc.batch_records <= 0) {

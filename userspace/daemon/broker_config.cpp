@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -133,6 +134,28 @@ std::string reach(pid_t pid, const std::string& path, bool shared_root) {
   return s;
 }
 
+// A setting's value: the last --override of it, else the properties file's.
+std::optional<std::string> setting(
+    std::string_view properties_text,
+    const std::vector<std::pair<std::string, std::string>>& overrides, std::string_view key) {
+  std::optional<std::string> value;
+  for (const auto& [k, v] : overrides)
+    if (k == key) value = v;  // the last --override wins, as in Kafka
+  return value ? value : java_property(properties_text, key);
+}
+
+// The non-blank entries of a comma-separated value, trimmed.
+std::vector<std::string> comma_list(std::string_view value) {
+  std::vector<std::string> out;
+  while (!value.empty()) {
+    const auto comma = value.find(',');
+    const std::string_view entry = trim(value.substr(0, comma));
+    if (!entry.empty()) out.emplace_back(entry);
+    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::optional<BrokerCommandLine> parse_broker_command_line(const std::vector<std::string>& args) {
@@ -211,29 +234,42 @@ std::optional<std::string> java_property(std::string_view text, std::string_view
 std::vector<std::string> log_dirs_setting(
     std::string_view properties_text,
     const std::vector<std::pair<std::string, std::string>>& overrides) {
-  auto setting = [&](std::string_view key) -> std::optional<std::string> {
-    std::optional<std::string> value;
-    for (const auto& [k, v] : overrides)
-      if (k == key) value = v;  // the last --override wins, as in Kafka
-    return value ? value : java_property(properties_text, key);
-  };
-  std::optional<std::string> value = setting("log.dirs");
-  if (!value) value = setting("log.dir");
-  if (!value) value = "/tmp/kafka-logs";  // Kafka's default for log.dir
-  std::vector<std::string> dirs;
-  std::string_view rest = *value;
-  while (!rest.empty()) {
-    const auto comma = rest.find(',');
-    const std::string_view dir = trim(rest.substr(0, comma));
-    if (!dir.empty()) dirs.emplace_back(dir);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-  }
-  return dirs;
+  std::optional<std::string> value = setting(properties_text, overrides, "log.dirs");
+  if (!value) value = setting(properties_text, overrides, "log.dir");
+  return comma_list(value.value_or("/tmp/kafka-logs"));  // Kafka's default for log.dir
 }
 
-Result<BrokerLogDirs> broker_log_dirs(pid_t pid) {
-  const std::string what = "the log dirs of pid " + std::to_string(pid);
-  const std::string instead = "; set log_dirs in the config to the broker's log.dirs";
+std::vector<std::uint16_t> kafka_listener_ports(
+    std::string_view properties_text,
+    const std::vector<std::pair<std::string, std::string>>& overrides) {
+  const auto listeners =
+      comma_list(setting(properties_text, overrides, "listeners").value_or("PLAINTEXT://:9092"));
+  const auto controllers =
+      comma_list(setting(properties_text, overrides, "controller.listener.names").value_or(""));
+  std::vector<std::uint16_t> ports;
+  for (const std::string& listener : listeners) {  // NAME://host:port, host maybe [v6]
+    const auto scheme = listener.find("://");
+    const auto colon = listener.rfind(':');
+    if (scheme == std::string::npos || colon <= scheme + 2) continue;
+    if (std::find(controllers.begin(), controllers.end(), listener.substr(0, scheme)) !=
+        controllers.end())
+      continue;
+    unsigned port = 0;
+    const char* digits = listener.data() + colon + 1;
+    const char* end = listener.data() + listener.size();
+    if (std::from_chars(digits, end, port).ptr != end || port == 0 || port > 65535) continue;
+    ports.push_back(static_cast<std::uint16_t>(port));
+  }
+  std::sort(ports.begin(), ports.end());
+  ports.erase(std::unique(ports.begin(), ports.end()), ports.end());
+  return ports;
+}
+
+Result<BrokerSettings> broker_settings(pid_t pid) {
+  const std::string what = "the settings of pid " + std::to_string(pid);
+  const std::string instead =
+      "; set log_dirs (the broker's log.dirs) and kafka_ports (its listeners' ports) in the "
+      "config";
   std::ifstream cmdline(proc_path(pid, "cmdline"), std::ios::binary);
   std::string raw((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
   if (raw.empty())
@@ -260,10 +296,11 @@ Result<BrokerLogDirs> broker_log_dirs(pid_t pid) {
     return make_error(what + ": cannot read its properties file " + parsed->properties_file +
                       " (as " + file + "): " + std::strerror(errno) + instead);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  BrokerLogDirs out;
+  BrokerSettings out;
   out.properties_file = parsed->properties_file;
   for (const std::string& dir : log_dirs_setting(text, parsed->overrides))
-    out.dirs.push_back(reach(pid, dir, shared_root));
+    out.log_dirs.push_back(reach(pid, dir, shared_root));
+  out.kafka_ports = kafka_listener_ports(text, parsed->overrides);
   return out;
 }
 

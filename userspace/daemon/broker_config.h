@@ -1,15 +1,18 @@
-// broker_config: where a running broker keeps its logs, read from the broker itself, so that the
-// default config (no log_dirs) still knows which fetches read the remote tier.
+// broker_config: what fetchcostd needs to know of a running broker, read from the broker itself,
+// so that the default config (no log_dirs) still knows which fetches read the remote tier, and
+// which ports are its Kafka listeners.
 //
 // A Kafka broker is started as `... kafka.Kafka <server.properties> [--override key=value]...`
 // (kafka-server-start.sh, the Apache, Confluent, Bitnami and Strimzi images alike). Its log dirs
-// are `log.dirs`, else `log.dir`, else /tmp/kafka-logs; an --override wins over the file. The
-// file and the dirs are named as the broker sees them: through /proc/PID/root (and /proc/PID/cwd
-// for relative paths) they are read from its mount namespace, a container's too.
+// are `log.dirs`, else `log.dir`, else /tmp/kafka-logs; its listeners `listeners` (else
+// PLAINTEXT://:9092), less those named in `controller.listener.names`; an --override wins over
+// the file. The file and the dirs are named as the broker sees them: through /proc/PID/root (and
+// /proc/PID/cwd for relative paths) they are read from its mount namespace, a container's too.
 #pragma once
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,11 +42,18 @@ std::vector<std::string> log_dirs_setting(
     std::string_view properties_text,
     const std::vector<std::pair<std::string, std::string>>& overrides);
 
-struct BrokerLogDirs {
-  std::vector<std::string> dirs;  // as fetchcostd reaches them
-  std::string properties_file;    // as the broker names it
+// The ports of the listeners the settings name (`listeners`, else Kafka's PLAINTEXT://:9092),
+// less the controller's: clients fetch on the others. Sorted, unique; a malformed entry is skipped.
+std::vector<std::uint16_t> kafka_listener_ports(
+    std::string_view properties_text,
+    const std::vector<std::pair<std::string, std::string>>& overrides);
+
+struct BrokerSettings {
+  std::vector<std::string> log_dirs;       // as fetchcostd reaches them
+  std::vector<std::uint16_t> kafka_ports;  // its client listeners' ports
+  std::string properties_file;             // as the broker names it
 };
-// The log dirs of broker process `pid`. An error says what was missing and what to set instead.
-Result<BrokerLogDirs> broker_log_dirs(pid_t pid);
+// The settings of broker process `pid`. An error says what was missing and what to set instead.
+Result<BrokerSettings> broker_settings(pid_t pid);
 
 }  // namespace fc::daemon

@@ -296,6 +296,20 @@ int main(int argc, char** argv) {
   // it detaches everything; turning attribution on again loads and attaches anew.
   std::unique_ptr<fc::capture::Capture> capture;
   std::set<pid_t> watched;
+  // The configured Kafka ports and the listener ports of the brokers watched since (re-applied
+  // when the capture is opened again).
+  std::vector<std::uint16_t> kafka_ports = config.kafka_ports;
+  // Ports whose connections have a role for the BPF side, with the same capture sizes as
+  // every other connection: `peer_side` names the far end's port.
+  auto set_role = [&](const auto& ports, bool peer_side, fc_role role, const char* what) {
+    for (std::uint16_t port : ports) {
+      fc::capture::Policy policy = options.default_policy;
+      policy.role = role;
+      if (auto r = capture->set_port_policy(port, peer_side, policy); !r)
+        std::fprintf(stderr, "fetchcostd: warning: %s port %u: %s\n", what, port,
+                     r.error().message.c_str());
+    }
+  };
   auto open_capture = [&]() -> bool {
     auto opened = fc::capture::Capture::open(options, on_event);
     if (!opened) {
@@ -304,21 +318,10 @@ int main(int argc, char** argv) {
     }
     capture = std::move(*opened);
     watched.clear();
-    // Ports whose connections have a role for the BPF side, with the same capture sizes as
-    // every other connection: `peer_side` names the far end's port.
-    auto set_role = [&](const auto& ports, bool peer_side, fc_role role, const char* what) {
-      for (std::uint16_t port : ports) {
-        fc::capture::Policy policy = options.default_policy;
-        policy.role = role;
-        if (auto r = capture->set_port_policy(port, peer_side, policy); !r)
-          std::fprintf(stderr, "fetchcostd: warning: %s port %u: %s\n", what, port,
-                       r.error().message.c_str());
-      }
-    };
     // The broker's listeners: Kafka client connections, whose responses the BPF side frames
     // (sendfiles inside a response folded, its sends gathered into one record; bpf/capture.bpf.c,
     // response framing).
-    set_role(config.kafka_ports, false, FC_ROLE_KAFKA_CLIENT, "Kafka");
+    set_role(kafka_ports, false, FC_ROLE_KAFKA_CLIENT, "Kafka");
     // Connections to the object store's ports: after a response's first read, the reads
     // until the next request are object body, of which only a prefix is copied.
     set_role(config.object_store_ports, true, FC_ROLE_OBJECT_STORE, "object-store");
@@ -361,27 +364,42 @@ int main(int argc, char** argv) {
   else
     std::fprintf(stderr, "fetchcostd: capabilities now %s\n", caps->c_str());
 
-  // Without log_dirs in the config: the log dirs each watched broker names (its properties file
-  // and --override settings), all of them together; each pid is read once. When its broker
-  // exits they are kept until another broker names others.
-  std::map<pid_t, std::optional<fc::daemon::BrokerLogDirs>> broker_log_dirs;
+  // Each broker's own settings (daemon/broker_config.h), read once per pid before it is
+  // watched: its client listeners' ports join kafka_ports, and when the config names no log dirs
+  // the watched brokers' log dirs together are the local tier's (kept when a broker exits, until
+  // another names others).
+  std::map<pid_t, std::optional<fc::daemon::BrokerSettings>> broker_settings;
   std::vector<std::string> log_dirs_in_use;
+  auto read_broker_settings = [&](pid_t pid) {
+    auto [entry, added] = broker_settings.try_emplace(pid);
+    if (!added) return;
+    auto found = fc::daemon::broker_settings(pid);
+    if (!found) {
+      std::fprintf(stderr, "fetchcostd: warning: %s\n", found.error().message.c_str());
+      (*service)->set_log_dirs_error(found.error().message);
+      return;
+    }
+    entry->second = std::move(*found);
+    std::vector<std::uint16_t> fresh;
+    for (std::uint16_t port : entry->second->kafka_ports)
+      if (std::find(kafka_ports.begin(), kafka_ports.end(), port) == kafka_ports.end())
+        fresh.push_back(port);
+    if (fresh.empty()) return;
+    kafka_ports.insert(kafka_ports.end(), fresh.begin(), fresh.end());
+    set_role(fresh, false, FC_ROLE_KAFKA_CLIENT, "Kafka");
+    (*service)->add_kafka_ports(fresh);
+    std::string listed;
+    for (std::uint16_t port : fresh) listed += (listed.empty() ? "" : ", ") + std::to_string(port);
+    std::fprintf(stderr, "fetchcostd: Kafka listener ports of pid %d (%s): %s\n", pid,
+                 entry->second->properties_file.c_str(), listed.c_str());
+  };
   auto use_broker_log_dirs = [&] {
     std::vector<std::string> dirs;
     std::string origin;
     for (pid_t pid : watched) {
-      auto [entry, added] = broker_log_dirs.try_emplace(pid);
-      if (added) {
-        auto found = fc::daemon::broker_log_dirs(pid);
-        if (found) {
-          entry->second = std::move(*found);
-        } else {
-          std::fprintf(stderr, "fetchcostd: warning: %s\n", found.error().message.c_str());
-          (*service)->set_log_dirs_error(found.error().message);
-        }
-      }
-      if (!entry->second) continue;
-      dirs.insert(dirs.end(), entry->second->dirs.begin(), entry->second->dirs.end());
+      const auto entry = broker_settings.find(pid);
+      if (entry == broker_settings.end() || !entry->second) continue;
+      dirs.insert(dirs.end(), entry->second->log_dirs.begin(), entry->second->log_dirs.end());
       origin += (origin.empty() ? "pid " : "; pid ") + std::to_string(pid) + " " +
                 entry->second->properties_file;
     }
@@ -408,6 +426,7 @@ int main(int argc, char** argv) {
                               : fc::daemon::find_processes_by_cgroup(cgroup);
     for (pid_t pid : wanted) {
       if (watched.count(pid) || !fc::daemon::process_alive(pid)) continue;
+      read_broker_settings(pid);  // its listener ports' role is set before its connections are
       auto r = capture->add_target(pid);
       if (!r) {
         std::fprintf(stderr, "fetchcostd: %s\n", r.error().message.c_str());
@@ -425,7 +444,7 @@ int main(int argc, char** argv) {
       }
       capture->remove_target(*it);
       std::fprintf(stderr, "fetchcostd: pid %d exited\n", *it);
-      broker_log_dirs.erase(*it);
+      broker_settings.erase(*it);
       it = watched.erase(it);
     }
     if (!(*service)->log_dirs_configured()) use_broker_log_dirs();

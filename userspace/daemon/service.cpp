@@ -897,6 +897,15 @@ void Service::set_log_dirs_error(std::string error) {
   impl_->log_dirs_error = std::move(error);
 }
 
+void Service::add_kafka_ports(const std::vector<std::uint16_t>& ports) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->pipe->add_kafka_ports(ports);
+  for (std::uint16_t port : ports)
+    if (std::find(impl_->config.kafka_ports.begin(), impl_->config.kafka_ports.end(), port) ==
+        impl_->config.kafka_ports.end())
+      impl_->config.kafka_ports.push_back(port);
+}
+
 void Service::count_config_error() {
   std::lock_guard lock(impl_->mutex);
   ++impl_->config_errors;

@@ -43,6 +43,9 @@ class Service {
   Result<void> use_broker_log_dirs(std::vector<std::string> dirs, std::string origin);
   // Why the broker's log dirs could not be found (empty: cleared), for /api/v1/status.
   void set_log_dirs_error(std::string error);
+  // A broker's client listener ports beyond the configured kafka_ports (shown in the status's
+  // config). Capture thread.
+  void add_kafka_ports(const std::vector<std::uint16_t>& ports);
   // Flushes everything and saves the ledger.
   void shutdown();
   int port() const;

@@ -577,6 +577,11 @@ void Pipeline::set_price_table(cost::PriceTable prices) {
   impl_->meter = std::move(meter);
 }
 
+void Pipeline::add_kafka_ports(const std::vector<std::uint16_t>& ports) {
+  for (std::uint16_t port : ports)
+    if (!contains(impl_->config.kafka_ports, port)) impl_->config.kafka_ports.push_back(port);
+}
+
 const attribution::Counters& Pipeline::attribution_counters() const {
   return impl_->attributor.counters();
 }

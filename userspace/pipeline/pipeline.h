@@ -123,6 +123,8 @@ class Pipeline {
   // A new price table from a config reload; the billing period's egress so far carries over
   // so tiers keep applying to the running total.
   void set_price_table(cost::PriceTable prices);
+  // More broker listener ports (a broker's own listeners, found once it is watched).
+  void add_kafka_ports(const std::vector<std::uint16_t>& ports);
 
   const attribution::Counters& attribution_counters() const;
   PipelineStats stats() const;

@@ -98,9 +98,11 @@ def main():
                          "fail (404)")
     ap.add_argument("--log-dirs-rescan-only", action="store_true",
                     help="log_dirs_inotify false: periodic rescans alone keep the local tier")
-    ap.add_argument("--log-dirs-from-broker", action="store_true",
-                    help="the config names no log_dirs: fetchcostd reads them from the broker "
-                         "(its server.properties, named relative to its working directory)")
+    ap.add_argument("--settings-from-broker", action="store_true",
+                    help="the config names no log_dirs and no kafka_ports: fetchcostd reads the "
+                         "broker's log.dirs and listeners from its server.properties (named "
+                         "relative to its working directory); the quiet-fetch check below needs "
+                         "the listener's port")
     ap.add_argument("--s3-read-bytes", type=int, default=0,
                     help="the broker reads a GET's response this many bytes at a time (a JVM "
                          "HTTP client's buffer): its body's reads are folded in the kernel, and "
@@ -135,10 +137,11 @@ def main():
         config = {
             "listen": f"127.0.0.1:{port}",
             "targets": {"pids": [info["broker"]["pid"]]},
-            "kafka_ports": [int(info["broker"]["bootstrap"].rsplit(":", 1)[1])],
+            "kafka_ports": [] if args.settings_from_broker
+            else [int(info["broker"]["bootstrap"].rsplit(":", 1)[1])],
             "object_store": {"ports": [info["s3"]["port"]]},
             # NO_TIER (by hand): no log dirs at all, to see what attribution does without them.
-            "log_dirs": [] if args.log_dirs_from_broker or os.environ.get("NO_TIER")
+            "log_dirs": [] if args.settings_from_broker or os.environ.get("NO_TIER")
             else [info["broker"]["log_dirs"]],
             "state_dir": os.path.join(workdir, "state"),
             "audit_log": {"path": os.path.join(workdir, "audit.jsonl")},
@@ -167,7 +170,9 @@ def main():
             status = json.load(r)
         if args.capture_variant and status["variant"] != args.capture_variant:
             fail(f"fetchcostd loaded {status['variant']}, not {args.capture_variant}")
-        if args.log_dirs_from_broker:
+        if args.settings_from_broker:
+            if status["config"]["kafka_ports"] != [info["broker"]["kafka_port"]]:
+                fail(f"the broker's listener port was not found: {status['config']['kafka_ports']}")
             tier = status["local_tier"]
             partitions = sum(len(t["partitions"]) for t in world.admin("/topics"))
             if (tier["log_dirs"] != [info["broker"]["log_dirs"]] or

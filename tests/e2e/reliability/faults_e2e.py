@@ -107,8 +107,8 @@ def main():
         world.start()
         info = world.info
         base_cfg = {
-            # Its log dir names this broker only: a restarted broker (new pid) matches again.
-            "targets": {"cmdline_match": world.path("kafka-logs")},
+            # Its ready file names this broker only: a restarted broker (new pid) matches again.
+            "targets": {"cmdline_match": world.path("broker.ready")},
             "kafka_ports": [kafka_port],
             "object_store": {"ports": [info["s3"]["port"]]},
             "log_dirs": [info["broker"]["log_dirs"]],
@@ -268,7 +268,7 @@ def main():
         os.killpg(world.broker.pid, signal.SIGTERM)
         world.broker.wait(timeout=20)
         os.remove(world.path("broker.ready"))
-        world.broker = world.spawn("tiered-broker", argv)
+        world.broker = world.spawn("tiered-broker", argv, cwd=world.workdir)
         b = scenario.wait_for_file(world.path("broker.ready"), world.broker, "tiered-broker", 60)
         world.info["broker"]["admin"] = f"http://127.0.0.1:{b['admin_port']}"
         check(b["pid"] != old_pid, f"broker restarted: pid {old_pid} -> {b['pid']}")

@@ -17,6 +17,7 @@
 #include "testing.h"
 
 using fc::daemon::java_property;
+using fc::daemon::kafka_listener_ports;
 using fc::daemon::log_dirs_setting;
 using fc::daemon::parse_broker_command_line;
 
@@ -82,6 +83,19 @@ TEST_CASE("log.dirs, else log.dir, else Kafka's default; an override wins") {
   CHECK(log_dirs_setting("log.dirs=/a\n", {{"log.dir", "/x"}}) == std::vector<std::string>{"/a"});
 }
 
+TEST_CASE("the client listeners' ports: listeners less the controller's; Kafka's default") {
+  using Ports = std::vector<std::uint16_t>;
+  CHECK(kafka_listener_ports("listeners=PLAINTEXT://:9092,CONTROLLER://:9093,SSL://[::1]:9094, "
+                             "EXTERNAL://broker-0.example:19092\n"
+                             "controller.listener.names=CONTROLLER\n",
+                             {}) == Ports{9092, 9094, 19092});
+  CHECK(kafka_listener_ports("broker.id=1\n", {}) == Ports{9092});
+  // Malformed entries are skipped; an override wins.
+  CHECK(kafka_listener_ports("listeners=PLAINTEXT://:9092\n",
+                             {{"listeners", "A://:70000,B://:x,C:9000,D://:9095,E://h:9095"}}) ==
+        Ports{9095});
+}
+
 namespace {
 
 // A process whose command line is a broker's, started in `dir` (its relative paths are there).
@@ -119,28 +133,32 @@ TEST_CASE("a running broker's log dirs are read through its own working director
   const fs::path dir = fs::temp_directory_path() / ("fc-broker-config-" + std::to_string(getpid()));
   fs::create_directories(dir / "config");
   std::ofstream(dir / "config" / "server.properties")
-      << "process.roles=broker,controller\nlog.dirs=data, /var/lib/kafka/other\n";
+      << "process.roles=broker,controller\nlog.dirs=data, /var/lib/kafka/other\n"
+         "listeners=PLAINTEXT://:9092,CONTROLLER://:9093\ncontroller.listener.names=CONTROLLER\n";
   const pid_t broker = start_fake_broker(
       dir, {"java", "-Dlog4j.configuration=file:config/log4j.properties", "kafka.Kafka",
-            "config/server.properties", "--override", "broker.id=1"});
-  auto found = fc::daemon::broker_log_dirs(broker);
+            "config/server.properties", "--override", "broker.id=1", "--override",
+            "listeners=PLAINTEXT://:9092,CONTROLLER://:9093,INTERNAL://:9192"});
+  auto found = fc::daemon::broker_settings(broker);
   stop(broker);
   REQUIRE_MESSAGE(found, found.error().message);
   CHECK(found->properties_file == "config/server.properties");
   // Relative to the broker's working directory; the same root as ours: paths kept as named.
-  CHECK(found->dirs == std::vector<std::string>{(dir / "data").string(), "/var/lib/kafka/other"});
+  CHECK(found->log_dirs ==
+        std::vector<std::string>{(dir / "data").string(), "/var/lib/kafka/other"});
+  CHECK(found->kafka_ports == std::vector<std::uint16_t>{9092, 9192});
 
   SUBCASE("a properties file it cannot read is an error that says what to set") {
     const pid_t other =
         start_fake_broker(dir, {"java", "kafka.Kafka", "config/missing.properties"});
-    auto missing = fc::daemon::broker_log_dirs(other);
+    auto missing = fc::daemon::broker_settings(other);
     stop(other);
     REQUIRE_FALSE(missing);
     CHECK(missing.error().message.find("config/missing.properties") != std::string::npos);
     CHECK(missing.error().message.find("set log_dirs") != std::string::npos);
   }
   SUBCASE("so is a process that names no properties file") {
-    auto none = fc::daemon::broker_log_dirs(getpid());
+    auto none = fc::daemon::broker_settings(getpid());
     REQUIRE_FALSE(none);
     CHECK(none.error().message.find("names no server properties file") != std::string::npos);
   }
@@ -190,16 +208,17 @@ TEST_CASE("a broker in a container (its own root) is read through /proc/PID/root
   }
   char ok = '0';
   REQUIRE(read(ready[0], &ok, 1) == 1);
-  auto found = fc::daemon::broker_log_dirs(broker);
+  auto found = fc::daemon::broker_settings(broker);
   // Its paths are not ours: they are reached through its /proc links.
-  const bool reachable = found && found->dirs.size() == 1 && fs::is_directory(found->dirs[0]);
+  const bool reachable =
+      found && found->log_dirs.size() == 1 && fs::is_directory(found->log_dirs[0]);
   kill(broker, SIGKILL);
   waitpid(broker, nullptr, 0);
   close(ready[0]);
   close(ready[1]);
   REQUIRE(ok == '1');
   REQUIRE_MESSAGE(found, found.error().message);
-  CHECK(found->dirs ==
+  CHECK(found->log_dirs ==
         std::vector<std::string>{"/proc/" + std::to_string(broker) + "/root/var/lib/kafka/data"});
   CHECK(reachable);
   fs::remove_all(root);
