@@ -112,8 +112,8 @@ std::string proc_path(pid_t pid, const char* what) {
 
 // Whether the process sees the same root as fetchcostd (no container): its paths are then ours.
 bool same_root(pid_t pid) {
-  struct stat theirs {
-  }, ours{};
+  struct stat theirs {};
+  struct stat ours {};
   return stat(proc_path(pid, "root").c_str(), &theirs) == 0 && stat("/", &ours) == 0 &&
          theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino;
 }
@@ -177,11 +177,11 @@ std::optional<BrokerCommandLine> parse_broker_command_line(const std::vector<std
     }
   }
   if (out.properties_file.empty()) return std::nullopt;
-  auto add_override = [&](std::string_view setting) {
-    const auto eq = setting.find('=');
+  auto add_override = [&](std::string_view assignment) {  // key=value
+    const auto eq = assignment.find('=');
     if (eq == std::string_view::npos || eq == 0) return;
-    out.overrides.emplace_back(std::string(trim(setting.substr(0, eq))),
-                               std::string(setting.substr(eq + 1)));
+    out.overrides.emplace_back(std::string(trim(assignment.substr(0, eq))),
+                               std::string(assignment.substr(eq + 1)));
   };
   constexpr std::string_view kOverride = "--override";
   for (std::size_t i = first_after_main; i < args.size(); ++i) {

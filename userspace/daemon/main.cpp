@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -417,6 +418,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "fetchcostd: local log start offsets from the broker's log dirs: %s (%s)\n",
                  joined.c_str(), origin.c_str());
+    for (const auto& dir : log_dirs_in_use) {
+      std::error_code ec;
+      if (!std::filesystem::is_directory(dir, ec))
+        std::fprintf(stderr,
+                     "fetchcostd: warning: the broker's log dir %s is not a directory fetchcostd "
+                     "can read (%s); set log_dirs in the config\n",
+                     dir.c_str(), ec ? ec.message().c_str() : "not found");
+    }
   };
 
   auto refresh_targets = [&] {
