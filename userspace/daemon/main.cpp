@@ -371,6 +371,7 @@ int main(int argc, char** argv) {
   // another names others).
   std::map<pid_t, std::optional<fc::daemon::BrokerSettings>> broker_settings;
   std::vector<std::string> log_dirs_in_use;
+  std::string log_dirs_origin;
   auto read_broker_settings = [&](pid_t pid) {
     auto [entry, added] = broker_settings.try_emplace(pid);
     if (!added) return;
@@ -406,7 +407,7 @@ int main(int argc, char** argv) {
     }
     std::sort(dirs.begin(), dirs.end());
     dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
-    if (dirs.empty() || dirs == log_dirs_in_use) return;
+    if (dirs.empty() || (dirs == log_dirs_in_use && origin == log_dirs_origin)) return;
     std::string joined;
     for (const auto& d : dirs) joined += (joined.empty() ? "" : ", ") + d;
     if (auto used = (*service)->use_broker_log_dirs(dirs, origin); !used) {
@@ -414,6 +415,8 @@ int main(int argc, char** argv) {
                    used.error().message.c_str());
       return;
     }
+    log_dirs_origin = origin;
+    if (dirs == log_dirs_in_use) return;  // the same dirs, named by a restarted broker
     log_dirs_in_use = std::move(dirs);
     std::fprintf(stderr,
                  "fetchcostd: local log start offsets from the broker's log dirs: %s (%s)\n",

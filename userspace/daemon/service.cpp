@@ -885,7 +885,10 @@ bool Service::log_dirs_configured() const {
 
 Result<void> Service::use_broker_log_dirs(std::vector<std::string> dirs, std::string origin) {
   if (log_dirs_configured()) return {};
-  auto changed = impl_->tier_map->set_log_dirs(std::move(dirs));
+  // A restarted broker names the same dirs: only where they came from changes.
+  auto changed = dirs == impl_->tier_map->log_dirs()
+                     ? Result<void>()
+                     : impl_->tier_map->set_log_dirs(std::move(dirs));
   std::lock_guard lock(impl_->mutex);
   impl_->log_dirs_origin = std::move(origin);
   impl_->log_dirs_error = changed ? std::string() : changed.error().message;

@@ -100,8 +100,8 @@ def main():
     workdir = tempfile.mkdtemp(prefix="fc-faults-")
     kafka_port = free_port()
     world = scenario.World(workdir, broker_bin=args.broker, topics=["scan:2:1500:1000"],
-                           extra_broker_args=["--listen", f"127.0.0.1:{kafka_port}",
-                                              "--remote-fetch-max-wait-ms", "10000"])
+                           kafka_port=kafka_port,
+                           extra_broker_args=["--remote-fetch-max-wait-ms", "10000"])
     fc = ring = None
     try:
         world.start()
@@ -109,9 +109,9 @@ def main():
         base_cfg = {
             # Its ready file names this broker only: a restarted broker (new pid) matches again.
             "targets": {"cmdline_match": world.path("broker.ready")},
-            "kafka_ports": [kafka_port],
+            # No kafka_ports, no log_dirs: the broker's own (its server.properties), as with the
+            # defaults on a real host, followed across its restart below.
             "object_store": {"ports": [info["s3"]["port"]]},
-            "log_dirs": [info["broker"]["log_dirs"]],
             "audit_log": {"path": os.path.join(workdir, "audit.jsonl")},
         }
 
@@ -253,6 +253,12 @@ def main():
         check(ring.proc.returncode == 0, "tiny-ring fetchcostd exits cleanly")
         exact(fc, world, ["phase-ring"], "big-ring fetchcostd beside it: exact")
 
+        tier = fc.status()["local_tier"]
+        check(tier["log_dirs"] == [info["broker"]["log_dirs"]] and tier["partitions"] > 0
+              and tier["origin"].startswith(f"pid {world.broker.pid} ")
+              and kafka_port in fc.status()["config"]["kafka_ports"],
+              f"the broker's log dirs and listener port read from its settings ({tier})")
+
         # ---- log dirs vanish ----
         shutil.rmtree(info["broker"]["log_dirs"])
         time.sleep(2)
@@ -274,6 +280,10 @@ def main():
         check(b["pid"] != old_pid, f"broker restarted: pid {old_pid} -> {b['pid']}")
         check(wait_until(lambda: [t["pid"] for t in fc.status()["targets"]] == [b["pid"]], 20),
               "fetchcostd watches the new pid only")
+        tier = fc.status()["local_tier"]
+        check(tier["log_dirs"] == [info["broker"]["log_dirs"]]
+              and tier["origin"].startswith(f"pid {b['pid']} "),
+              f"the restarted broker's log dirs, the same, named by the new pid ({tier})")
         libs = fc.status()["targets"][0]["tls"]
         check(libs and all(l["functions"] and not l["error"] for l in libs if not l["skipped"]),
               "TLS uprobes attached to the new pid with the reduced capabilities: " +

@@ -62,8 +62,8 @@ def main():
     password = "PWMARK" + secrets.token_hex(8)
     kafka_port = free_port()
     world = scenario.World(workdir, broker_bin=args.broker, topics=["scan:2:1500:1000"],
-                           extra_broker_args=["--listen", f"127.0.0.1:{kafka_port}",
-                                              "--record-marker", marker,
+                           kafka_port=kafka_port,
+                           extra_broker_args=["--record-marker", marker,
                                               "--sasl-plain", f"fcuser:{password}"])
     fc = None
     try:

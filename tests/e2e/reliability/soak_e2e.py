@@ -79,8 +79,8 @@ def main():
     kafka_port = free_port()
     world = scenario.World(workdir, broker_bin=args.broker, topics=["scan:2:3000:1000"],
                            segment_bytes=256 * 1024, chunk_size=16 * 1024,
-                           extra_broker_args=["--listen", f"127.0.0.1:{kafka_port}",
-                                              "--remote-fetch-max-wait-ms", "10000"])
+                           kafka_port=kafka_port,
+                           extra_broker_args=["--remote-fetch-max-wait-ms", "10000"])
     per_client = args.seconds <= 120
     audit_path = os.path.join(workdir, "audit.jsonl")
     fc = None
