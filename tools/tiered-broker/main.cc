@@ -105,13 +105,11 @@ int main(int argc, char** argv) {
                  "HTTP admin HOST:PORT: GET /ledger[?gets=1], /topics, /groups, /stats, /healthz")
       ->capture_default_str();
   std::string properties_file;
-  auto* log_dirs_option =
-      app.add_option("--log-dirs", log_dir, "log directory (topic dirs in it are recreated)");
+  app.add_option("--log-dirs", log_dir, "log directory (topic dirs in it are recreated)");
   app.add_option("properties", properties_file,
                  "server.properties, as a broker is started: its log.dirs (its first dir) is the "
                  "log directory unless --log-dirs is given, and its listeners (the first, "
-                 "PLAINTEXT://HOST:PORT) the Kafka listener unless --listen is given")
-      ->excludes(log_dirs_option);
+                 "PLAINTEXT://HOST:PORT) the Kafka listener unless --listen is given");
   app.add_option("--topic", topic_args,
                  "topic to seed, NAME[:PARTITIONS[:MESSAGES[:VALUE_BYTES]]] (repeatable; "
                  "default scan:3:2000:1000)");
@@ -181,12 +179,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (!properties_file.empty()) {
-    log_dir = first_of(property(properties_file, "log.dirs"));
+    if (log_dir.empty()) log_dir = first_of(property(properties_file, "log.dirs"));
     if (log_dir.empty()) log_dir = property(properties_file, "log.dir");
-    if (log_dir.empty()) {
-      std::cerr << "tiered-broker: " << properties_file << " names no log.dirs\n";
-      return 2;
-    }
     const std::string listener = first_of(property(properties_file, "listeners"));
     if (app.count("--listen") == 0 && listener.find("://") != std::string::npos)
       listen = listener.substr(listener.find("://") + 3);

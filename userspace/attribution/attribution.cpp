@@ -255,8 +255,9 @@ struct Attributor::Impl {
     unindex_request(fetch);
     for_each_bucket(*fetch, [&](Bucket& bucket, const std::string& name, std::int32_t partition) {
       remove(fetch->answered_ns ? bucket.answered : bucket.open, fetch);
-      if (bucket.open.empty() && bucket.answered.empty())
-        by_partition.erase(by_partition.find(PartitionView{name, partition}));
+      if (!bucket.open.empty() || !bucket.answered.empty()) return;
+      if (auto it = by_partition.find(PartitionView{name, partition}); it != by_partition.end())
+        by_partition.erase(it);
     });
     for (std::uint32_t tid : fetch->reader_threads) {
       auto it = by_thread.find(tid);

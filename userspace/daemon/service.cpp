@@ -430,6 +430,7 @@ struct Service::Impl {
     m.quiet_fetches = capture_status.totals.quiet_fetches;
     m.quiet_fetch_pauses = capture_status.totals.hold_pauses;
     m.config_errors = config_errors;
+    m.local_tier_partitions = tier_map->stats().partitions;
     m.drain_wait_seconds = static_cast<double>(drain_wait_ns) / 1e9;
     m.spool_bytes = capture_status.spool_bytes;
     m.spool_peak_bytes = capture_status.spool_peak_bytes;

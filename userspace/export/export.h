@@ -39,6 +39,9 @@ struct SelfMetrics {
   std::uint64_t probes_attached = 0;
   std::uint64_t targets = 0;
   std::uint64_t config_errors = 0;
+  // Partitions whose local log start offset is known (the broker's log dirs): 0 with a broker
+  // watched means attribution runs without a tier.
+  std::uint64_t local_tier_partitions = 0;
   double drain_wait_seconds = 0;  // the capture drain waiting for the service lock, in total
   // The drain's backlog: records out of the rings, not decoded yet (capture::Status).
   std::uint64_t spool_bytes = 0, spool_peak_bytes = 0, spool_limit_bytes = 0;

@@ -260,6 +260,10 @@ void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
          std::uint64_t{self.attribution_enabled ? 1u : 0u});
   single(w, "fetchcost_config_errors_total", "Config reloads refused (the running config was kept)",
          Type::kCounter, self.config_errors);
+  single(w, "fetchcost_local_tier_partitions",
+         "Partitions whose local log start offset fetchcostd knows, from the broker's log dirs: "
+         "0 while a broker is watched means every fetch is a candidate for its partitions' GETs",
+         Type::kGauge, self.local_tier_partitions);
   single(w, "fetchcost_sanitized_labels_total",
          "Client ids and topics changed to be label values (invalid UTF-8, control characters, "
          "over 255 bytes)",

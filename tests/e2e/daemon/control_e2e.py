@@ -222,7 +222,8 @@ def main():
         # This config has no log_dirs and no broker runs: none are known, and the status says
         # so (the broker's own are read once it is found: e2e_attribution_openssl).
         tier = status.get("local_tier", {})
-        check(tier.get("log_dirs") == [] and tier.get("origin") == "" and tier.get("error") == "",
+        check(tier.get("log_dirs") == [] and tier.get("origin") == "" and tier.get("error") == ""
+              and metric(base, "fetchcost_local_tier_partitions") == 0,
               f"status: local_tier has no log dirs before a broker is found ({tier})")
         check(status.get("ring_bytes_per_cpu") == 1 << 20
               and status.get("ring_reader", {}).get("wakeup_bytes") == 512 << 10,

@@ -256,7 +256,9 @@ def main():
         tier = fc.status()["local_tier"]
         check(tier["log_dirs"] == [info["broker"]["log_dirs"]] and tier["partitions"] > 0
               and tier["origin"].startswith(f"pid {world.broker.pid} ")
-              and kafka_port in fc.status()["config"]["kafka_ports"],
+              and kafka_port in fc.status()["config"]["kafka_ports"]
+              and metric_values(fc.metrics(), "fetchcost_local_tier_partitions").get("")
+              == tier["partitions"],
               f"the broker's log dirs and listener port read from its settings ({tier})")
 
         # ---- log dirs vanish ----
