@@ -283,7 +283,7 @@ class NonDefaultValues(unittest.TestCase):
         self.assertEqual(names, ["FetchcostCostVelocityHigh", "FetchcostUnattributedShareHigh",
                                  "FetchcostRingBufferDrops", "FetchcostDrainBehind",
                                  "FetchcostProbesDetached",
-                                 "FetchcostNoTargets", "FetchcostDown"])
+                                 "FetchcostNoTargets", "FetchcostNoLocalTier", "FetchcostDown"])
         down = rule["spec"]["groups"][0]["rules"][-1]["expr"]
         self.assertIn('up{job=~"fc|kafka/fc"} == 0', down)
 
