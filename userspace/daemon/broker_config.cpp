@@ -295,7 +295,14 @@ Result<BrokerSettings> broker_settings(pid_t pid) {
   if (!in)
     return make_error(what + ": cannot read its properties file " + parsed->properties_file +
                       " (as " + file + "): " + std::strerror(errno) + instead);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // A server.properties is a few KiB: a file (or a device) past the bound is not one.
+  constexpr std::size_t kMaxPropertiesBytes = 4 << 20;
+  std::string text(kMaxPropertiesBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxPropertiesBytes)
+    return make_error(what + ": its properties file " + parsed->properties_file +
+                      " is over 4 MiB, not a properties file" + instead);
   BrokerSettings out;
   out.properties_file = parsed->properties_file;
   for (const std::string& dir : log_dirs_setting(text, parsed->overrides))

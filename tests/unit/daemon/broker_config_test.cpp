@@ -157,6 +157,13 @@ TEST_CASE("a running broker's log dirs are read through its own working director
     CHECK(missing.error().message.find("config/missing.properties") != std::string::npos);
     CHECK(missing.error().message.find("set log_dirs") != std::string::npos);
   }
+  SUBCASE("so is a file too large to be one (a device, say), read no further than the bound") {
+    const pid_t other = start_fake_broker(dir, {"java", "kafka.Kafka", "/dev/zero"});
+    auto huge = fc::daemon::broker_settings(other);
+    stop(other);
+    REQUIRE_FALSE(huge);
+    CHECK(huge.error().message.find("over 4 MiB") != std::string::npos);
+  }
   SUBCASE("so is a process that names no properties file") {
     auto none = fc::daemon::broker_settings(getpid());
     REQUIRE_FALSE(none);
