@@ -179,9 +179,9 @@ std::optional<BrokerCommandLine> parse_broker_command_line(const std::vector<std
   if (out.properties_file.empty()) return std::nullopt;
   auto add_override = [&](std::string_view assignment) {  // key=value
     const auto eq = assignment.find('=');
-    if (eq == std::string_view::npos || eq == 0) return;
-    out.overrides.emplace_back(std::string(trim(assignment.substr(0, eq))),
-                               std::string(assignment.substr(eq + 1)));
+    if (eq == std::string_view::npos) return;
+    const std::string_view key = trim(assignment.substr(0, eq));
+    if (!key.empty()) out.overrides.emplace_back(key, assignment.substr(eq + 1));
   };
   constexpr std::string_view kOverride = "--override";
   for (std::size_t i = first_after_main; i < args.size(); ++i) {

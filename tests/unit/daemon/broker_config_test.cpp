@@ -26,7 +26,8 @@ TEST_CASE("the broker's properties file and overrides come from its command line
   auto cl = parse_broker_command_line(
       {"java", "-Xmx1G", "-Dlog4j.configuration=file:/opt/kafka/bin/../config/log4j.properties",
        "-cp", "/opt/kafka/libs/*", "kafka.Kafka", "/etc/kafka/kraft.conf", "--override",
-       "log.dirs=/data/a", "--override=log.dir = /data/b", "--override", "broken"});
+       "log.dirs=/data/a", "--override=log.dir = /data/b", "--override", "broken", "--override",
+       " \n=blank key", "--override", "=no key"});
   REQUIRE(cl);
   CHECK(cl->properties_file == "/etc/kafka/kraft.conf");  // after kafka.Kafka, whatever its name
   REQUIRE(cl->overrides.size() == 2);
