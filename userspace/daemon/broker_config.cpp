@@ -36,30 +36,17 @@ void append_utf8(std::string& out, unsigned cp) {
 void unescape_at(std::string_view s, std::size_t& i, std::string& out) {
   if (++i >= s.size()) return;  // a lone trailing backslash stands for nothing
   const char c = s[i++];
-  switch (c) {
-    case 't':
-      out.push_back('\t');
-      return;
-    case 'n':
-      out.push_back('\n');
-      return;
-    case 'r':
-      out.push_back('\r');
-      return;
-    case 'f':
-      out.push_back('\f');
-      return;
-    case 'u': {  // Properties.load refuses a malformed one; it is dropped here
-      unsigned cp = 0;
-      const char* digits = s.data() + i;
-      if (i + 4 <= s.size() && std::from_chars(digits, digits + 4, cp, 16).ptr == digits + 4) {
-        append_utf8(out, cp);
-        i += 4;
-      }
-      return;
+  if (const auto at = std::string_view("tnrf").find(c); at != std::string_view::npos) {
+    out.push_back("\t\n\r\f"[at]);
+  } else if (c == 'u') {  // Properties.load refuses a malformed one; it is dropped here
+    unsigned cp = 0;
+    const char* digits = s.data() + i;
+    if (i + 4 <= s.size() && std::from_chars(digits, digits + 4, cp, 16).ptr == digits + 4) {
+      append_utf8(out, cp);
+      i += 4;
     }
-    default:
-      out.push_back(c);
+  } else {
+    out.push_back(c);
   }
 }
 
