@@ -1,5 +1,7 @@
 #include "daemon/broker_config.h"
 
+#include "daemon/targets.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 
 namespace fc::daemon {
 namespace {
@@ -257,19 +258,12 @@ Result<BrokerSettings> broker_settings(pid_t pid) {
   const std::string instead =
       "; set log_dirs (the broker's log.dirs) and kafka_ports (its listeners' ports) in the "
       "config";
-  std::ifstream cmdline(proc_path(pid, "cmdline"), std::ios::binary);
-  std::string raw((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
-  if (raw.empty())
+  const std::vector<std::string> args = command_line(pid);
+  if (args.empty())
     return make_error(what +
                       ": its command line could not be read (the process exited, or "
                       "fetchcostd lacks CAP_SYS_PTRACE)" +
                       instead);
-  std::vector<std::string> args;
-  for (std::size_t start = 0; start < raw.size();) {
-    const std::size_t end = raw.find('\0', start);
-    args.push_back(raw.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    start = end == std::string::npos ? raw.size() : end + 1;
-  }
   auto parsed = parse_broker_command_line(args);
   if (!parsed)
     return make_error(what +

@@ -297,9 +297,6 @@ int main(int argc, char** argv) {
   // it detaches everything; turning attribution on again loads and attaches anew.
   std::unique_ptr<fc::capture::Capture> capture;
   std::set<pid_t> watched;
-  // The configured Kafka ports and the listener ports of the brokers watched since (re-applied
-  // when the capture is opened again).
-  std::vector<std::uint16_t> kafka_ports = config.kafka_ports;
   // Ports whose connections have a role for the BPF side, with the same capture sizes as
   // every other connection: `peer_side` names the far end's port.
   auto set_role = [&](const auto& ports, bool peer_side, fc_role role, const char* what) {
@@ -322,7 +319,8 @@ int main(int argc, char** argv) {
     // The broker's listeners: Kafka client connections, whose responses the BPF side frames
     // (sendfiles inside a response folded, its sends gathered into one record; bpf/capture.bpf.c,
     // response framing).
-    set_role(kafka_ports, false, FC_ROLE_KAFKA_CLIENT, "Kafka");
+    // With the ports of the brokers' own listeners found since (re-applied on a re-open).
+    set_role((*service)->kafka_ports(), false, FC_ROLE_KAFKA_CLIENT, "Kafka");
     // Connections to the object store's ports: after a response's first read, the reads
     // until the next request are object body, of which only a prefix is copied.
     set_role(config.object_store_ports, true, FC_ROLE_OBJECT_STORE, "object-store");
@@ -370,8 +368,6 @@ int main(int argc, char** argv) {
   // the watched brokers' log dirs together are the local tier's (kept when a broker exits, until
   // another names others).
   std::map<pid_t, std::optional<fc::daemon::BrokerSettings>> broker_settings;
-  std::vector<std::string> log_dirs_in_use;
-  std::string log_dirs_origin;
   auto read_broker_settings = [&](pid_t pid) {
     auto [entry, added] = broker_settings.try_emplace(pid);
     if (!added) return;
@@ -382,19 +378,15 @@ int main(int argc, char** argv) {
       return;
     }
     entry->second = std::move(*found);
-    std::vector<std::uint16_t> fresh;
-    for (std::uint16_t port : entry->second->kafka_ports)
-      if (std::find(kafka_ports.begin(), kafka_ports.end(), port) == kafka_ports.end())
-        fresh.push_back(port);
+    const auto fresh = (*service)->add_kafka_ports(entry->second->kafka_ports);
     if (fresh.empty()) return;
-    kafka_ports.insert(kafka_ports.end(), fresh.begin(), fresh.end());
     set_role(fresh, false, FC_ROLE_KAFKA_CLIENT, "Kafka");
-    (*service)->add_kafka_ports(fresh);
     std::string listed;
     for (std::uint16_t port : fresh) listed += (listed.empty() ? "" : ", ") + std::to_string(port);
     std::fprintf(stderr, "fetchcostd: Kafka listener ports of pid %d (%s): %s\n", pid,
                  entry->second->properties_file.c_str(), listed.c_str());
   };
+  // Called when the watched brokers change.
   auto use_broker_log_dirs = [&] {
     std::vector<std::string> dirs;
     std::string origin;
@@ -405,23 +397,22 @@ int main(int argc, char** argv) {
       origin += (origin.empty() ? "pid " : "; pid ") + std::to_string(pid) + " " +
                 entry->second->properties_file;
     }
+    if (dirs.empty()) return;
     std::sort(dirs.begin(), dirs.end());
     dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
-    if (dirs.empty() || (dirs == log_dirs_in_use && origin == log_dirs_origin)) return;
     std::string joined;
     for (const auto& d : dirs) joined += (joined.empty() ? "" : ", ") + d;
-    if (auto used = (*service)->use_broker_log_dirs(dirs, origin); !used) {
+    auto used = (*service)->use_broker_log_dirs(dirs, origin);
+    if (!used) {
       std::fprintf(stderr, "fetchcostd: warning: the broker's log dirs (%s): %s\n", joined.c_str(),
                    used.error().message.c_str());
       return;
     }
-    log_dirs_origin = origin;
-    if (dirs == log_dirs_in_use) return;  // the same dirs, named by a restarted broker
-    log_dirs_in_use = std::move(dirs);
+    if (!*used) return;  // the config's, or the same dirs named by a restarted broker
     std::fprintf(stderr,
                  "fetchcostd: local log start offsets from the broker's log dirs: %s (%s)\n",
                  joined.c_str(), origin.c_str());
-    for (const auto& dir : log_dirs_in_use) {
+    for (const auto& dir : dirs) {
       std::error_code ec;
       if (!std::filesystem::is_directory(dir, ec))
         std::fprintf(stderr,
@@ -436,6 +427,7 @@ int main(int argc, char** argv) {
     if (pids.empty())
       wanted = cgroup.empty() ? fc::daemon::find_processes_by_cmdline(match)
                               : fc::daemon::find_processes_by_cgroup(cgroup);
+    bool changed = false;
     for (pid_t pid : wanted) {
       if (watched.count(pid) || !fc::daemon::process_alive(pid)) continue;
       read_broker_settings(pid);  // its listener ports' role is set before its connections are
@@ -445,6 +437,7 @@ int main(int argc, char** argv) {
         continue;
       }
       watched.insert(pid);
+      changed = true;
       std::fprintf(stderr,
                    "fetchcostd: watching pid %d (%s), %zu TLS libraries, %zu open connections\n",
                    pid, r->comm.c_str(), r->tls.size(), r->existing_connections);
@@ -458,8 +451,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "fetchcostd: pid %d exited\n", *it);
       broker_settings.erase(*it);
       it = watched.erase(it);
+      changed = true;
     }
-    if (!(*service)->log_dirs_configured()) use_broker_log_dirs();
+    if (changed) use_broker_log_dirs();
   };
 
   signal(SIGINT, on_signal);

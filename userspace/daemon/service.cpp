@@ -880,20 +880,16 @@ Result<void> Service::reload(const Config& config) {
   return {};
 }
 
-bool Service::log_dirs_configured() const {
-  return !impl_->config.log_dirs.empty();
-}
-
-Result<void> Service::use_broker_log_dirs(std::vector<std::string> dirs, std::string origin) {
-  if (log_dirs_configured()) return {};
+Result<bool> Service::use_broker_log_dirs(std::vector<std::string> dirs, std::string origin) {
+  if (!impl_->config.log_dirs.empty()) return false;  // the config's (set at create, never after)
   // A restarted broker names the same dirs: only where they came from changes.
-  auto changed = dirs == impl_->tier_map->log_dirs()
-                     ? Result<void>()
-                     : impl_->tier_map->set_log_dirs(std::move(dirs));
+  const bool other = dirs != impl_->tier_map->log_dirs();
+  const auto switched = other ? impl_->tier_map->set_log_dirs(std::move(dirs)) : Result<void>();
   std::lock_guard lock(impl_->mutex);
   impl_->log_dirs_origin = std::move(origin);
-  impl_->log_dirs_error = changed ? std::string() : changed.error().message;
-  return changed;
+  impl_->log_dirs_error = switched ? std::string() : switched.error().message;
+  if (!switched) return switched.error();
+  return other;
 }
 
 void Service::set_log_dirs_error(std::string error) {
@@ -901,13 +897,20 @@ void Service::set_log_dirs_error(std::string error) {
   impl_->log_dirs_error = std::move(error);
 }
 
-void Service::add_kafka_ports(const std::vector<std::uint16_t>& ports) {
+std::vector<std::uint16_t> Service::add_kafka_ports(const std::vector<std::uint16_t>& ports) {
   std::lock_guard lock(impl_->mutex);
-  impl_->pipe->add_kafka_ports(ports);
+  auto& known = impl_->config.kafka_ports;
+  std::vector<std::uint16_t> fresh;
   for (std::uint16_t port : ports)
-    if (std::find(impl_->config.kafka_ports.begin(), impl_->config.kafka_ports.end(), port) ==
-        impl_->config.kafka_ports.end())
-      impl_->config.kafka_ports.push_back(port);
+    if (std::find(known.begin(), known.end(), port) == known.end()) fresh.push_back(port);
+  known.insert(known.end(), fresh.begin(), fresh.end());
+  impl_->pipe->add_kafka_ports(fresh);
+  return fresh;
+}
+
+std::vector<std::uint16_t> Service::kafka_ports() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->config.kafka_ports;
 }
 
 void Service::count_config_error() {

@@ -36,16 +36,17 @@ class Service {
   // A refused config is counted (fetchcost_config_errors_total) and the running one kept.
   Result<void> reload(const Config& config);
   void count_config_error();
-  // Whether the config names the broker's log dirs; if not, the broker's own are used, once
-  // found (daemon/broker_config.h): `origin` says where they were read, for /api/v1/status.
-  // Call from the capture thread (the tier map's lookups run there).
-  bool log_dirs_configured() const;
-  Result<void> use_broker_log_dirs(std::vector<std::string> dirs, std::string origin);
+  // The broker's own log dirs (daemon/broker_config.h), used when the config names none; `origin`
+  // says where they were read, for /api/v1/status. True when the local tier now watches other
+  // dirs than before (false: the config's are used, or the dirs are the same, named anew by a
+  // restarted broker). Capture thread (the tier map's lookups run there).
+  Result<bool> use_broker_log_dirs(std::vector<std::string> dirs, std::string origin);
   // Why the broker's log dirs could not be found (empty: cleared), for /api/v1/status.
   void set_log_dirs_error(std::string error);
-  // A broker's client listener ports beyond the configured kafka_ports (shown in the status's
-  // config). Capture thread.
-  void add_kafka_ports(const std::vector<std::uint16_t>& ports);
+  // A broker's client listener ports: those not among kafka_ports yet join them (the pipeline's
+  // and the status's config) and are returned. Capture thread.
+  std::vector<std::uint16_t> add_kafka_ports(const std::vector<std::uint16_t>& ports);
+  std::vector<std::uint16_t> kafka_ports() const;
   // Flushes everything and saves the ledger.
   void shutdown();
   int port() const;

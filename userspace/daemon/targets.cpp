@@ -11,6 +11,18 @@
 
 namespace fc::daemon {
 
+std::vector<std::string> command_line(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (std::size_t start = 0; start < raw.size();) {
+    const std::size_t end = raw.find('\0', start);
+    args.push_back(raw.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    start = end == std::string::npos ? raw.size() : end + 1;
+  }
+  return args;
+}
+
 std::vector<pid_t> find_processes_by_cmdline(const std::string& needle) {
   std::vector<pid_t> found;
   std::error_code ec;
@@ -19,10 +31,8 @@ std::vector<pid_t> find_processes_by_cmdline(const std::string& needle) {
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
     pid_t pid = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
     if (pid == getpid()) continue;
-    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    for (char& c : cmdline)
-      if (c == '\0') c = ' ';
+    std::string cmdline;
+    for (const std::string& arg : command_line(pid)) cmdline += (cmdline.empty() ? "" : " ") + arg;
     if (!cmdline.empty() && cmdline.find(needle) != std::string::npos) found.push_back(pid);
   }
   return found;

@@ -8,6 +8,8 @@
 
 namespace fc::daemon {
 
+// The arguments of a process (/proc/PID/cmdline); none when it cannot be read (it exited).
+std::vector<std::string> command_line(pid_t pid);
 // PIDs whose /proc/PID/cmdline (arguments joined by spaces) contains `needle`, excluding self.
 std::vector<pid_t> find_processes_by_cmdline(const std::string& needle);
 bool process_alive(pid_t pid);

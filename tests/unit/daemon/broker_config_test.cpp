@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "daemon/broker_config.h"
+#include "daemon/targets.h"
 #include "testing.h"
 
 using fc::daemon::java_property;
@@ -113,10 +114,8 @@ pid_t start_fake_broker(const std::filesystem::path& dir, const std::vector<std:
   }
   // Until the exec shows in its command line.
   for (int i = 0; i < 200; ++i) {
-    std::ifstream in("/proc/" + std::to_string(child) + "/cmdline");
-    std::string first;
-    std::getline(in, first, '\0');
-    if (first == "sh") break;
+    const auto args = fc::daemon::command_line(child);
+    if (!args.empty() && args[0] == "sh") break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return child;
