@@ -91,6 +91,31 @@ def start_fetchcostd(args, workdir, values):
     return docs, proc, log
 
 
+def check_broker_settings_found(base, info, fc_log):
+    """With the chart's defaults, fetchcostd takes the broker's log dirs and listener port from
+    its server.properties: the local tier holds the simulator's partitions."""
+    port = int(info["broker"]["bootstrap"].rsplit(":", 1)[1])
+    deadline = time.time() + 20
+    while True:
+        status = json.load(urllib.request.urlopen(base + "/api/v1/status", timeout=10))
+        tier = status["local_tier"]
+        if tier["partitions"] > 0 or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    dirs = [os.path.realpath(d) for d in tier["log_dirs"]]
+    if dirs != [os.path.realpath(info["broker"]["log_dirs"])]:
+        fail(f"local_tier.log_dirs {tier['log_dirs']}, the broker's are {info['broker']['log_dirs']} "
+             f"(error: {tier.get('error')!r}); log: {open(fc_log).read()[-800:]}")
+    if not tier["origin"].startswith(f"pid {info['broker']['pid']} "):
+        fail(f"local_tier.origin {tier['origin']!r}: not the broker's settings")
+    if tier["partitions"] == 0:
+        fail(f"no partition of the broker's log dirs known after 20 s: {tier}")
+    if port not in status["config"]["kafka_ports"]:
+        fail(f"the broker's listener port {port} is not in config.kafka_ports {status['config']['kafka_ports']}")
+    print(f"broker settings: log dirs {tier['log_dirs']} ({tier['partitions']} partitions) and "
+          f"listener port {port} from {tier['origin']}")
+
+
 def prom_api(base, path, **params):
     try:
         return scenario.prom_api(base, path, **params)
@@ -125,10 +150,10 @@ def main():
         port = free_port()
         values = {
             "listen": {"port": port},
+            # The chart's defaults for the broker's log dirs (broker.logDirs: []) and Kafka ports
+            # ([9092], not the simulator's): fetchcostd must read both from the broker's settings.
             "config": {"targets": {"pids": [info["broker"]["pid"]]},
-                       "kafka_ports": [int(info["broker"]["bootstrap"].rsplit(":", 1)[1])],
                        "object_store": {"ports": [info["s3"]["port"]]}},
-            "broker": {"logDirs": [info["broker"]["log_dirs"]]},
             "stateDir": {"mountPath": os.path.join(workdir, "state")},
             "priceTable": {"preset": "aws-s3-standard-internet"},
             # a tiny budget for the scanner and one for a group: fetchcost_budget_* get samples
@@ -154,6 +179,7 @@ def main():
             fail(f"/healthz answered {status}")
         wait_http(base + "/readyz", 30, fc, fc_log)  # the readiness probe: 503 until the broker is watched
         print("probes: /healthz and /readyz answer 200")
+        check_broker_settings_found(base, info, fc_log)
 
         rules = os.path.join(workdir, "rules.yml")
         with open(rules, "w") as f:

@@ -108,9 +108,9 @@ class DefaultValues(unittest.TestCase):
             self.assertIs(m[path].get("readOnly"), True, path)
             self.assertEqual(v[m[path]["name"]]["hostPath"]["path"], path)
         self.assertEqual(m["/sys/kernel/tracing"]["mountPropagation"], "HostToContainer")
-        log = m["/var/lib/kafka/data"]
-        self.assertIs(log["readOnly"], True)
-        self.assertEqual(v[log["name"]]["hostPath"], {"path": "/var/lib/kafka/data", "type": "Directory"})
+        # No log dir mounted by default: fetchcostd reads the broker's own through /proc/PID/root,
+        # and a hostPath of type Directory would keep the pod from starting where it is missing.
+        self.assertFalse([name for name in v if name.startswith("logdir-")])
         state = m["/var/lib/fetchcost"]
         self.assertFalse(state.get("readOnly", False))
         self.assertEqual(v[state["name"]]["hostPath"],
@@ -156,13 +156,13 @@ class DefaultValues(unittest.TestCase):
         cm = config_map(self.docs, "fetchcost")
         self.assertEqual(sorted(cm["data"]), ["config.json"])
         cfg = json.loads(cm["data"]["config.json"])
-        self.assertEqual(cfg["log_dirs"], ["/var/lib/kafka/data"])
+        self.assertEqual(cfg["log_dirs"], [])
         self.assertEqual(cfg["state_dir"], "/var/lib/fetchcost")
         self.assertEqual(cfg["price_table"], "aws-s3-standard-same-region")
         self.assertEqual(cfg["targets"]["cmdline_match"], "kafka.Kafka")
         self.assertNotIn("listen", cfg)
         out = run_config_check(self, cm)
-        self.assertIn("log_dirs=1", out)
+        self.assertIn("log_dirs=0", out)
 
     def test_monitors_off_by_default(self):
         for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"):
@@ -227,7 +227,7 @@ class NonDefaultValues(unittest.TestCase):
         m, v = mounts(self.ds), volumes(self.ds)
         for d in ("/data/kafka-0", "/data/kafka-1"):
             self.assertIs(m[d]["readOnly"], True)
-            self.assertEqual(v[m[d]["name"]]["hostPath"]["path"], d)
+            self.assertEqual(v[m[d]["name"]]["hostPath"], {"path": d, "type": "Directory"})
         self.assertEqual(v[m["/var/lib/fetchcost"]["name"]]["hostPath"]["path"], "/srv/fetchcost")
         c = container(self.ds)
         self.assertEqual(c["args"], ["--config", "/etc/fetchcost/config.json", "--listen", "0.0.0.0:9555",
