@@ -122,6 +122,10 @@ int run_status(const StatusOptions& o) {
     else
       std::printf("local tier  none yet (read from the broker once it is found)\n");
   }
+  if (s.contains("broker_settings") && s["broker_settings"].value("unread", 0) > 0)
+    std::printf("settings    %s watched broker(s) unread, tried again every 10 s: %s\n",
+                str(s["broker_settings"], "unread").c_str(),
+                s["broker_settings"].value("error", "").c_str());
   const auto targets = s.value("targets", nlohmann::json::array());
   std::printf("targets     %zu\n", targets.size());
   for (const auto& t : targets) {

@@ -363,28 +363,45 @@ int main(int argc, char** argv) {
   else
     std::fprintf(stderr, "fetchcostd: capabilities now %s\n", caps->c_str());
 
-  // Each broker's own settings (daemon/broker_config.h), read once per pid before it is
-  // watched: its client listeners' ports join kafka_ports, and when the config names no log dirs
-  // the watched brokers' log dirs together are the local tier's (kept when a broker exits, until
-  // another names others).
-  std::map<pid_t, std::optional<fc::daemon::BrokerSettings>> broker_settings;
+  // Each broker's own settings (daemon/broker_config.h), read before it is watched: its client
+  // listeners' ports join kafka_ports, and when the config names no log dirs the watched brokers'
+  // log dirs together are the local tier's (kept when a broker exits, until another names
+  // others). Settings that cannot be read (a properties file not there yet, a volume not mounted)
+  // are tried again every kSettingsRetry while the broker is watched.
+  struct BrokerSettingsRead {
+    std::optional<fc::daemon::BrokerSettings> settings;
+    std::string error;  // of the last try
+    std::chrono::steady_clock::time_point next_try;
+  };
+  constexpr auto kSettingsRetry = std::chrono::seconds(10);
+  std::map<pid_t, BrokerSettingsRead> broker_settings;
+  // True when pid's settings were read by this call.
   auto read_broker_settings = [&](pid_t pid) {
-    auto [entry, added] = broker_settings.try_emplace(pid);
-    if (!added) return;
+    auto& read = broker_settings[pid];
+    const auto now = std::chrono::steady_clock::now();
+    if (read.settings || now < read.next_try) return false;
     auto found = fc::daemon::broker_settings(pid);
     if (!found) {
-      std::fprintf(stderr, "fetchcostd: warning: %s\n", found.error().message.c_str());
-      (*service)->set_log_dirs_error(found.error().message);
-      return;
+      if (found.error().message != read.error)  // said once, not at every try
+        std::fprintf(stderr, "fetchcostd: warning: %s (tried again every %lld s)\n",
+                     found.error().message.c_str(), static_cast<long long>(kSettingsRetry.count()));
+      read.error = found.error().message;
+      read.next_try = now + kSettingsRetry;
+      return false;
     }
-    entry->second = std::move(*found);
-    const auto fresh = (*service)->add_kafka_ports(entry->second->kafka_ports);
-    if (fresh.empty()) return;
+    if (!read.error.empty())
+      std::fprintf(stderr, "fetchcostd: the settings of pid %d read on a later try (%s)\n", pid,
+                   found->properties_file.c_str());
+    read.error.clear();
+    read.settings = std::move(*found);
+    const auto fresh = (*service)->add_kafka_ports(read.settings->kafka_ports);
+    if (fresh.empty()) return true;
     set_role(fresh, false, FC_ROLE_KAFKA_CLIENT, "Kafka");
     std::string listed;
     for (std::uint16_t port : fresh) listed += (listed.empty() ? "" : ", ") + std::to_string(port);
     std::fprintf(stderr, "fetchcostd: Kafka listener ports of pid %d (%s): %s\n", pid,
-                 entry->second->properties_file.c_str(), listed.c_str());
+                 read.settings->properties_file.c_str(), listed.c_str());
+    return true;
   };
   // Called when the watched brokers change.
   auto use_broker_log_dirs = [&] {
@@ -392,10 +409,11 @@ int main(int argc, char** argv) {
     std::string origin;
     for (pid_t pid : watched) {
       const auto entry = broker_settings.find(pid);
-      if (entry == broker_settings.end() || !entry->second) continue;
-      dirs.insert(dirs.end(), entry->second->log_dirs.begin(), entry->second->log_dirs.end());
+      if (entry == broker_settings.end() || !entry->second.settings) continue;
+      const auto& settings = *entry->second.settings;
+      dirs.insert(dirs.end(), settings.log_dirs.begin(), settings.log_dirs.end());
       origin += (origin.empty() ? "pid " : "; pid ") + std::to_string(pid) + " " +
-                entry->second->properties_file;
+                settings.properties_file;
     }
     if (dirs.empty()) return;
     std::sort(dirs.begin(), dirs.end());
@@ -444,15 +462,29 @@ int main(int argc, char** argv) {
     }
     for (auto it = watched.begin(); it != watched.end();) {
       if (fc::daemon::process_alive(*it)) {
+        if (read_broker_settings(*it)) changed = true;  // read on a later try
         ++it;
         continue;
       }
       capture->remove_target(*it);
       std::fprintf(stderr, "fetchcostd: pid %d exited\n", *it);
-      broker_settings.erase(*it);
       it = watched.erase(it);
       changed = true;
     }
+    std::size_t unread = 0;
+    std::string error;
+    for (auto it = broker_settings.begin(); it != broker_settings.end();) {
+      if (!watched.count(it->first) && !fc::daemon::process_alive(it->first)) {
+        it = broker_settings.erase(it);
+        continue;
+      }
+      if (watched.count(it->first) && !it->second.settings) {
+        ++unread;
+        error = it->second.error;
+      }
+      ++it;
+    }
+    (*service)->set_broker_settings_unread(unread, error);
     if (changed) use_broker_log_dirs();
   };
 

@@ -192,7 +192,9 @@ struct Service::Impl {
   // Where the tier map's log dirs came from ("config", or the broker process and properties
   // file they were read from; empty: none yet), and why the broker's could not be read.
   std::string log_dirs_origin;
-  std::string log_dirs_error;
+  std::string log_dirs_error;  // the last switch to the broker's log dirs failed
+  std::size_t broker_settings_unread = 0;
+  std::string broker_settings_error;
   std::unique_ptr<exporter::Ledger> ledger;
   std::unique_ptr<exporter::AuditLog> audit;
   std::unique_ptr<pipeline::Pipeline> pipe;
@@ -431,6 +433,7 @@ struct Service::Impl {
     m.quiet_fetch_pauses = capture_status.totals.hold_pauses;
     m.config_errors = config_errors;
     m.local_tier_partitions = tier_map->stats().partitions;
+    m.broker_settings_unread = broker_settings_unread;
     m.drain_wait_seconds = static_cast<double>(drain_wait_ns) / 1e9;
     m.spool_bytes = capture_status.spool_bytes;
     m.spool_peak_bytes = capture_status.spool_peak_bytes;
@@ -662,11 +665,15 @@ struct Service::Impl {
                               {"pending_evicted", a.pending_evicted}};
       }
       const auto ts = tier_map->stats();
-      doc["local_tier"] = {{"log_dirs", tier_map->log_dirs()},
-                           {"origin", log_dirs_origin},
-                           {"error", log_dirs_error},
-                           {"partitions", ts.partitions},
-                           {"log_dirs_missing", ts.log_dirs_missing}};
+      doc["local_tier"] = {
+          {"log_dirs", tier_map->log_dirs()},
+          {"origin", log_dirs_origin},
+          {"error", !log_dirs_error.empty() || !config.log_dirs.empty() ? log_dirs_error
+                                                                        : broker_settings_error},
+          {"partitions", ts.partitions},
+          {"log_dirs_missing", ts.log_dirs_missing}};
+      doc["broker_settings"] = {{"unread", broker_settings_unread},
+                                {"error", broker_settings_error}};
       const auto st = sensors.stats();
       doc["sensors"] = {{"live", st.live_sensors},
                         {"other", st.other_sensors},
@@ -892,9 +899,10 @@ Result<bool> Service::use_broker_log_dirs(std::vector<std::string> dirs, std::st
   return other;
 }
 
-void Service::set_log_dirs_error(std::string error) {
+void Service::set_broker_settings_unread(std::size_t brokers, std::string error) {
   std::lock_guard lock(impl_->mutex);
-  impl_->log_dirs_error = std::move(error);
+  impl_->broker_settings_unread = brokers;
+  impl_->broker_settings_error = std::move(error);
 }
 
 std::vector<std::uint16_t> Service::add_kafka_ports(const std::vector<std::uint16_t>& ports) {

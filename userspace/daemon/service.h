@@ -41,8 +41,10 @@ class Service {
   // dirs than before (false: the config's are used, or the dirs are the same, named anew by a
   // restarted broker). Capture thread (the tier map's lookups run there).
   Result<bool> use_broker_log_dirs(std::vector<std::string> dirs, std::string origin);
-  // Why the broker's log dirs could not be found (empty: cleared), for /api/v1/status.
-  void set_log_dirs_error(std::string error);
+  // How many watched brokers' settings could not be read (fetchcostd retries them), and the last
+  // reason (empty when none): /api/v1/status, fetchcost_broker_settings_unread, and
+  // local_tier.error while the config names no log dirs.
+  void set_broker_settings_unread(std::size_t brokers, std::string error);
   // A broker's client listener ports: those not among kafka_ports yet join them (the pipeline's
   // and the status's config) and are returned. Capture thread.
   std::vector<std::uint16_t> add_kafka_ports(const std::vector<std::uint16_t>& ports);

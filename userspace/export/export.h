@@ -42,6 +42,7 @@ struct SelfMetrics {
   // Partitions whose local log start offset is known (the broker's log dirs): 0 with a broker
   // watched means attribution runs without a tier.
   std::uint64_t local_tier_partitions = 0;
+  std::uint64_t broker_settings_unread = 0;
   double drain_wait_seconds = 0;  // the capture drain waiting for the service lock, in total
   // The drain's backlog: records out of the rings, not decoded yet (capture::Status).
   std::uint64_t spool_bytes = 0, spool_peak_bytes = 0, spool_limit_bytes = 0;

@@ -264,6 +264,10 @@ void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
          "Partitions whose local log start offset fetchcostd knows, from the broker's log dirs: "
          "0 while a broker is watched means every fetch is a candidate for its partitions' GETs",
          Type::kGauge, self.local_tier_partitions);
+  single(w, "fetchcost_broker_settings_unread",
+         "Watched broker processes whose settings (listener ports, log dirs) could not be read; "
+         "retried every 10 s",
+         Type::kGauge, self.broker_settings_unread);
   single(w, "fetchcost_sanitized_labels_total",
          "Client ids and topics changed to be label values (invalid UTF-8, control characters, "
          "over 255 bytes)",

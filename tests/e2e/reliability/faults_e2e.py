@@ -12,7 +12,8 @@
   conns       one client opens 10,000 connections at once: fetchcostd keeps up, counts exactly
   fd-reuse    1,000 connect/fetch/close cycles (fds and sockets reused), each its own client-id
   log-dirs    the broker's log dirs vanish: no crash, remote reads still counted exactly
-  restart     the broker restarts (new PID): fetchcostd follows it, counting resumes exactly
+  restart     the broker restarts (new PID): fetchcostd follows it, counting resumes exactly; its
+              server.properties, moved away when the new pid is found, is read once it is back
   ring        a second fetchcostd with a 4 KiB ring under 4,000 fetches/s: drops exported, attribution
               marked incomplete (metric and /api/v1/status), no crash
 
@@ -269,23 +270,42 @@ def main():
         kcat(world, "phase-d", 1000)
         exact(fc, world, ["phase-d"], "log dirs gone: remote reads still exact")
 
-        # ---- the broker restarts: new PID ----
+        # ---- the broker restarts: new PID, its settings unreadable when fetchcostd finds it ----
+        # fetchcostd is stopped while the broker restarts and its server.properties is moved
+        # away, so the new pid is found with settings it cannot read; they are read on a later
+        # try once the file is back.
         old_pid = world.broker.pid
         first_ledger = world.admin("/ledger")
         argv = list(world.broker.args)
-        os.killpg(world.broker.pid, signal.SIGTERM)
-        world.broker.wait(timeout=20)
-        os.remove(world.path("broker.ready"))
-        world.broker = world.spawn("tiered-broker", argv, cwd=world.workdir)
-        b = scenario.wait_for_file(world.path("broker.ready"), world.broker, "tiered-broker", 60)
+        properties = world.path("config", "server.properties")
+        os.kill(fc.proc.pid, signal.SIGSTOP)
+        try:
+            os.killpg(world.broker.pid, signal.SIGTERM)
+            world.broker.wait(timeout=20)
+            os.remove(world.path("broker.ready"))
+            world.broker = world.spawn("tiered-broker", argv, cwd=world.workdir)
+            b = scenario.wait_for_file(world.path("broker.ready"), world.broker, "tiered-broker", 60)
+            os.rename(properties, properties + ".aside")
+        finally:
+            os.kill(fc.proc.pid, signal.SIGCONT)
         world.info["broker"]["admin"] = f"http://127.0.0.1:{b['admin_port']}"
         check(b["pid"] != old_pid, f"broker restarted: pid {old_pid} -> {b['pid']}")
         check(wait_until(lambda: [t["pid"] for t in fc.status()["targets"]] == [b["pid"]], 20),
               "fetchcostd watches the new pid only")
+        unread = fc.status()["broker_settings"]
+        check(unread["unread"] == 1 and "server.properties" in unread["error"]
+              and metric_values(fc.metrics(), "fetchcost_broker_settings_unread").get("") == 1,
+              f"the new pid's settings, moved away, are counted unread, naming the file ({unread})")
+        os.rename(properties + ".aside", properties)
+        check(wait_until(lambda: fc.status()["local_tier"]["origin"].startswith(f"pid {b['pid']} "),
+                         25, 0.5),
+              "the settings are read on a later try once the file is back (within 10 s)")
         tier = fc.status()["local_tier"]
-        check(tier["log_dirs"] == [info["broker"]["log_dirs"]]
-              and tier["origin"].startswith(f"pid {b['pid']} "),
-              f"the restarted broker's log dirs, the same, named by the new pid ({tier})")
+        unread = fc.status()["broker_settings"]
+        check(tier["log_dirs"] == [info["broker"]["log_dirs"]] and unread["unread"] == 0
+              and unread["error"] == ""
+              and metric_values(fc.metrics(), "fetchcost_broker_settings_unread").get("") == 0,
+              f"the restarted broker's log dirs, the same, named by the new pid ({tier}, {unread})")
         libs = fc.status()["targets"][0]["tls"]
         check(libs and all(l["functions"] and not l["error"] for l in libs if not l["skipped"]),
               "TLS uprobes attached to the new pid with the reduced capabilities: " +
