@@ -27,8 +27,9 @@ struct PendingPartition {
   Bucket* by_id = nullptr;
   std::int64_t fetch_offset = -1;
   std::int32_t max_bytes = -1;
-  bool first_remote = true;  // the partition the broker reads remotely if it reads only one
-  bool read_done = false;    // the reader thread that read it has moved on to another task
+  bool first_remote = true;   // the partition the broker reads remotely if it reads only one
+  bool tier_unknown = false;  // kept because no tier knows the partition: it may read remotely
+  bool read_done = false;     // the reader thread that read it has moved on to another task
   std::uint64_t reads = 0;
   std::uint64_t bytes = 0;
   std::uint64_t first_start_ns = 0;
@@ -365,6 +366,7 @@ struct Attributor::Impl {
       // watermark is only known from the response). Later ones stay candidates, ranked lower.
       part.first_remote = !options.one_remote_partition_per_fetch || !seen_known_remote;
       if (reads == Reads::kRemote) seen_known_remote = true;
+      part.tier_unknown = reads == Reads::kMaybeRemote;
       fetch.parts.push_back(std::move(part));
     }
     if (fetch.parts.empty()) return;
@@ -463,7 +465,10 @@ struct Attributor::Impl {
     const Bucket* bucket = partition_bucket(read);
     if (!bucket) return std::nullopt;
     // Oldest first among the best ranked: a fetch no other thread is reading, and whose first
-    // remote partition this is, before the others.
+    // remote partition this is, before the others. Where no tier knows the partition, the fetch
+    // offset nearest the GET's segment base first: a consumer at the log's end is a candidate
+    // there too, and its fetch, waiting for new records, is often the oldest.
+    const bool by_offset = read.segment_base_offset >= 0;
     std::optional<Affinity> best;
     int best_rank = -1;
     auto consider = [&](FetchIt fetch) {
@@ -471,15 +476,23 @@ struct Attributor::Impl {
       for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
         const auto& part = fetch->parts[i];
         if (!names_partition(part, read) || !before_answer(*fetch, part, read, false)) continue;
-        if (read.segment_base_offset >= 0 && part.fetch_offset < read.segment_base_offset) continue;
+        if (by_offset && part.fetch_offset < read.segment_base_offset) continue;
         // A partition whose remote read already ended (in Kafka <= 4.1, one task per fetch), or
         // failed (a failed GET ends its task), takes no new task.
         const bool ended = part.read_done || part.failure_taken;
         const int rank = (ended && options.one_remote_partition_per_fetch ? -4 : 0) +
                          (fetch->reader_threads.empty() && fetch->started_reads == 0 ? 2 : 0) +
                          (part.first_remote ? 1 : 0);
-        if (rank > best_rank ||
-            (best && rank == best_rank && fetch->arrival < best->fetch->arrival)) {
+        bool better = rank > best_rank;
+        if (best && rank == best_rank) {
+          const auto& best_part = best->fetch->parts[best->part];
+          if (by_offset && part.tier_unknown && best_part.tier_unknown &&
+              part.fetch_offset != best_part.fetch_offset)
+            better = part.fetch_offset < best_part.fetch_offset;
+          else
+            better = fetch->arrival < best->fetch->arrival;
+        }
+        if (better) {
           best = Affinity{fetch, i};
           best_rank = rank;
         }
@@ -490,7 +503,9 @@ struct Attributor::Impl {
          it != bucket->answered.rend() && (*it)->answered_ns > read.start_ns; ++it)
       consider(*it);
     for (FetchIt fetch : bucket->open) {  // in arrival order: none after a best one is older
-      if (best_rank == 3 && fetch->arrival > best->fetch->arrival) break;
+      if (best_rank == 3 && fetch->arrival > best->fetch->arrival &&
+          !(by_offset && best->fetch->parts[best->part].tier_unknown))
+        break;
       consider(fetch);
     }
     return best;

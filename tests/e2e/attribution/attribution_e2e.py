@@ -103,6 +103,11 @@ def main():
                          "broker's log.dirs and listeners from its server.properties (named "
                          "relative to its working directory); the quiet-fetch check below needs "
                          "the listener's port")
+    ap.add_argument("--no-tier", action="store_true",
+                    help="log_dirs names an empty dir: no local tier (as where the broker's "
+                         "settings cannot be read), every partition of every fetch possibly "
+                         "remote; consumers at the log's end wait beside the scanner's replays, "
+                         "and the figures must still equal the ledger")
     ap.add_argument("--s3-read-bytes", type=int, default=0,
                     help="the broker reads a GET's response this many bytes at a time (a JVM "
                          "HTTP client's buffer): its body's reads are folded in the kernel, and "
@@ -134,14 +139,16 @@ def main():
         world.start()
         info = world.info
         port = free_port()
+        if args.no_tier:
+            os.makedirs(os.path.join(workdir, "no-log-dirs"))
         config = {
             "listen": f"127.0.0.1:{port}",
             "targets": {"pids": [info["broker"]["pid"]]},
             "kafka_ports": [] if args.settings_from_broker
             else [int(info["broker"]["bootstrap"].rsplit(":", 1)[1])],
             "object_store": {"ports": [info["s3"]["port"]]},
-            # NO_TIER (by hand): no log dirs at all, to see what attribution does without them.
-            "log_dirs": [] if args.settings_from_broker or os.environ.get("NO_TIER")
+            "log_dirs": [] if args.settings_from_broker
+            else [os.path.join(workdir, "no-log-dirs")] if args.no_tier
             else [info["broker"]["log_dirs"]],
             "state_dir": os.path.join(workdir, "state"),
             "audit_log": {"path": os.path.join(workdir, "audit.jsonl")},
@@ -170,6 +177,8 @@ def main():
             status = json.load(r)
         if args.capture_variant and status["variant"] != args.capture_variant:
             fail(f"fetchcostd loaded {status['variant']}, not {args.capture_variant}")
+        if args.no_tier and status["local_tier"]["partitions"] != 0:
+            fail(f"--no-tier, yet the local tier knows partitions: {status['local_tier']}")
         if args.settings_from_broker:
             if status["config"]["kafka_ports"] != [info["broker"]["kafka_port"]]:
                 fail(f"the broker's listener port was not found: {status['config']['kafka_ports']}")
@@ -189,7 +198,7 @@ def main():
                 pass
         if args.log_dirs_rescan_only and inotify_fds:
             fail(f"log_dirs_inotify false, yet fetchcostd holds {inotify_fds} inotify fds")
-        if not args.log_dirs_rescan_only and not os.environ.get("NO_TIER") and not inotify_fds:
+        if not args.log_dirs_rescan_only and not inotify_fds:
             fail("fetchcostd watches no log dir with inotify")
 
         if args.storage_errors:

@@ -301,6 +301,36 @@ TEST_CASE("a GET in a later segment than the fetch offset is not the fetch's") {
   CHECK(sink.bytes_by_client().count("early") == 0);
 }
 
+TEST_CASE(
+    "without a tier, a GET goes to the fetch nearest its segment, not an older one at the end") {
+  // No log dirs known: a consumer waiting at the log's end is a candidate for the partition's
+  // GETs too, and its fetch, waiting for new records, is older than the replaying consumer's.
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  attributor.on_request(fetch(1, 1, "tail", 100, {{"t", 0, 2'000'000}}));
+  attributor.on_request(fetch(2, 1, "replay", 110, {{"t", 0, 1'000}}));
+  attributor.on_request(fetch(3, 1, "tail-2", 120, {{"t", 0, 2'000'000}}));
+  attributor.on_object_read(get(41, 200, 250, "t", 0, 900, 10));
+  CHECK(sink.bytes_by_client() == std::map<std::string, std::uint64_t>{{"replay", 10}});
+
+  // A GET whose key names no segment: no offset to go by, the oldest as before.
+  attributor.on_request(fetch(4, 1, "replay-2", 130, {{"t", 0, 1'000}}));
+  attributor.on_object_read(get(42, 260, 280, "t", 0, -1, 20));
+  CHECK(sink.bytes_by_client()["tail"] == 20);
+  CHECK(sink.bytes_by_client().count("replay-2") == 0);
+
+  // With a tier that knows the partition both fetches below its local start are remote: two
+  // readers of one segment are served oldest first (the broker's reader pool is a FIFO queue).
+  RecordingSink known_sink;
+  FixedTier tier;
+  tier.starts[{"t", 0}] = 1'500'000;
+  attribution::Attributor known(known_sink, &tier);
+  known.on_request(fetch(1, 1, "older", 100, {{"t", 0, 5'000}}));
+  known.on_request(fetch(2, 1, "newer", 110, {{"t", 0, 1'000}}));
+  known.on_object_read(get(41, 200, 250, "t", 0, 900, 10));
+  CHECK(known_sink.bytes_by_client() == std::map<std::string, std::uint64_t>{{"older", 10}});
+}
+
 TEST_CASE("estimated reads (no key) go FIFO to fetches that may read remotely") {
   RecordingSink sink;
   FixedTier tier;
