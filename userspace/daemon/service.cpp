@@ -190,9 +190,10 @@ struct Service::Impl {
   std::unique_ptr<tier::LocalTierMap> tier_map;
   std::unique_ptr<pipeline::TierView> tier_view;
   // Where the tier map's log dirs came from ("config", or the broker process and properties
-  // file they were read from; empty: none yet), and why the broker's could not be read.
+  // file they were read from; empty: none yet), and why the last switch to them failed.
   std::string log_dirs_origin;
-  std::string log_dirs_error;  // the last switch to the broker's log dirs failed
+  std::string log_dirs_error;
+  // Watched brokers whose settings could not be read, and the last reason.
   std::size_t broker_settings_unread = 0;
   std::string broker_settings_error;
   std::unique_ptr<exporter::Ledger> ledger;
