@@ -127,6 +127,13 @@ struct Attributor::Impl {
   FetchList fetches;  // arrival order (the remote reader pool is FIFO)
   std::unordered_multimap<std::uint64_t, FetchIt> by_request;
   std::unordered_map<PartitionKey, Bucket, PartitionKeyHash, PartitionKeyEqual> by_partition;
+  // The remote segments' base offsets GETs have named, per partition (sorted): a fetch at or past
+  // one reads that segment or a later one, never an earlier one. Bounded: kSegmentBasesKept per
+  // partition (the lowest give way), kSegmentPartitionsKept partitions (all forgotten at once).
+  static constexpr std::size_t kSegmentBasesKept = 256;
+  static constexpr std::size_t kSegmentPartitionsKept = 16'384;
+  std::unordered_map<PartitionKey, std::vector<std::int64_t>, PartitionKeyHash, PartitionKeyEqual>
+      segment_bases;
   std::uint64_t arrivals = 0;
   // When the answered and the closed fetches are due to finish (expiry_of, arrival), soonest on
   // top, so that a sweep (every 10 ms) does not walk every fetch kept. An entry whose fetch has
@@ -454,6 +461,41 @@ struct Attributor::Impl {
     return nullptr;
   }
 
+  static std::string_view segment_key(const ObjectRead& read) {
+    return read.topic.empty() ? read.topic_id : read.topic;
+  }
+
+  void learn_segment(const ObjectRead& read) {
+    if (read.segment_base_offset < 0 || segment_key(read).empty()) return;
+    auto found = segment_bases.find(PartitionView{segment_key(read), read.partition});
+    if (found == segment_bases.end()) {
+      if (segment_bases.size() >= kSegmentPartitionsKept) segment_bases.clear();
+      found = segment_bases
+                  .emplace(PartitionKey{std::string(segment_key(read)), read.partition},
+                           std::vector<std::int64_t>{})
+                  .first;
+    }
+    auto& bases = found->second;
+    auto at = std::lower_bound(bases.begin(), bases.end(), read.segment_base_offset);
+    if (at != bases.end() && *at == read.segment_base_offset) return;
+    if (bases.size() >= kSegmentBasesKept) {
+      if (at == bases.begin()) return;
+      bases.erase(bases.begin());
+      --at;
+    }
+    bases.insert(at, read.segment_base_offset);
+  }
+
+  // The base offset of the segment after the read's, where a GET has named one; else -1.
+  std::int64_t next_segment_base(const ObjectRead& read) const {
+    if (read.segment_base_offset < 0 || segment_key(read).empty()) return -1;
+    auto found = segment_bases.find(PartitionView{segment_key(read), read.partition});
+    if (found == segment_bases.end()) return -1;
+    auto next =
+        std::upper_bound(found->second.begin(), found->second.end(), read.segment_base_offset);
+    return next == found->second.end() ? -1 : *next;
+  }
+
   // Finds the fetch and partition an exact read belongs to.
   std::optional<Affinity> match_exact(const ObjectRead& read) {
     if (auto a = match_thread(read)) return a;
@@ -469,6 +511,9 @@ struct Attributor::Impl {
     // offset nearest the GET's segment base first: a consumer at the log's end is a candidate
     // there too, and its fetch, waiting for new records, is often the oldest.
     const bool by_offset = read.segment_base_offset >= 0;
+    // A fetch at or past a later segment's base reads that segment (or one after it): ranked
+    // last, as a fetch whose offset a tier knows only to be remote would otherwise be the oldest.
+    const std::int64_t next_base = next_segment_base(read);
     std::optional<Affinity> best;
     int best_rank = -1;
     auto consider = [&](FetchIt fetch) {
@@ -480,7 +525,9 @@ struct Attributor::Impl {
         // A partition whose remote read already ended (in Kafka <= 4.1, one task per fetch), or
         // failed (a failed GET ends its task), takes no new task.
         const bool ended = part.read_done || part.failure_taken;
-        const int rank = (ended && options.one_remote_partition_per_fetch ? -4 : 0) +
+        const bool later_segment = next_base >= 0 && part.fetch_offset >= next_base;
+        const int rank = (later_segment ? -8 : 0) +
+                         (ended && options.one_remote_partition_per_fetch ? -4 : 0) +
                          (fetch->reader_threads.empty() && fetch->started_reads == 0 ? 2 : 0) +
                          (part.first_remote ? 1 : 0);
         bool better = rank > best_rank;
@@ -635,6 +682,7 @@ struct Attributor::Impl {
 
   void on_read(const ObjectRead& read, std::optional<Affinity> at_start = std::nullopt) {
     const bool exact = read.method == Method::kExact && !read.topic.empty();
+    if (exact) learn_segment(read);  // a GET whose request was not seen
     decide(read, exact, at_start ? at_start : exact ? match_exact(read) : match_estimated(read));
   }
 
@@ -645,6 +693,7 @@ struct Attributor::Impl {
   // thread took.
   void on_started(const ObjectRead& read) {
     if (read.method != Method::kExact || read.topic.empty()) return;
+    learn_segment(read);
     std::optional<Affinity> match = take_retried(read);
     if (!match) match = match_exact(read);
     if (!match) return;

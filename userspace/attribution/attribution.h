@@ -27,7 +27,9 @@
 // matched to fetches the same broker process received (when both processes are known: a restarted
 // broker, or two brokers on one host with the same topics, must not take each other's reads). A
 // partition is remote-eligible when its fetch offset is below the local log start (LocalTier) or
-// when an exact GET proves it. Where no LocalTier knows the partition, every fetch of it is a
+// when an exact GET proves it. A fetch reads the segment its offset is in, or a later one: once
+// a GET has named a later segment of the partition than the read's, a fetch at or past that
+// segment's base is ranked last. Where no LocalTier knows the partition, every fetch of it is a
 // candidate, consumers waiting at its end too: among candidates ranked alike, the fetch offset
 // nearest the GET's segment base offset goes first, then the oldest.
 //

@@ -108,6 +108,12 @@ def main():
                          "settings cannot be read), every partition of every fetch possibly "
                          "remote; consumers at the log's end wait beside the scanner's replays, "
                          "and the figures must still equal the ledger")
+    ap.add_argument("--replay-pair", action="store_true",
+                    help="two more tenants replay a topic of their own from the remote tier at "
+                         "once, one in its first remote segment, one in its last "
+                         "(tiered-broker-load, fetches of a fixed offset on 8 connections, 1,000 a "
+                         "second each): the broker queues some in another order than they came, and "
+                         "a fetch in the last segment must not take a GET of the first")
     ap.add_argument("--s3-read-bytes", type=int, default=0,
                     help="the broker reads a GET's response this many bytes at a time (a JVM "
                          "HTTP client's buffer): its body's reads are folded in the kernel, and "
@@ -132,7 +138,9 @@ def main():
     broker_args = ["--s3-read-bytes", str(args.s3_read_bytes)] if args.s3_read_bytes else []
     if args.read_size_prefix_first:
         broker_args.append("--read-size-prefix-first")
-    world = scenario.World(workdir, broker_bin=args.broker, s3_transport=args.transport,
+    # --replay-pair reads a topic of its own, so that only its two clients read it.
+    topics = ["scan:2:1500:1000"] + (["replay:1:1500:1000"] if args.replay_pair else [])
+    world = scenario.World(workdir, broker_bin=args.broker, s3_transport=args.transport, topics=topics,
                            object_store=args.object_store, extra_broker_args=broker_args)
     fc = prom = None
     try:
@@ -227,6 +235,20 @@ def main():
                 "--max-bytes", "65536", "--connections", "2", "--rate", "10",
                 "--seconds", str(min(6, args.seconds)), "--client-id", "sessions-java",
                 "--incremental-sessions", "--sessions-unchanged"])
+        if args.replay_pair:
+            replay = next(t for t in world.admin("/topics") if t["name"] == "replay")
+            part = replay["partitions"][0]
+            remote = [s["base_offset"] for s in part["segments"] if s["remote"]]
+            if len(remote) < 2:
+                fail(f"--replay-pair needs two remote segments in replay/0: {remote}")
+            load = os.path.join(os.path.dirname(args.broker), "tiered-broker-load")
+            for client, offset in (("replay-last", remote[-1]), ("replay-first", remote[0])):
+                world.spawn(client, [
+                    load, "--port", world.bootstrap.rsplit(":", 1)[1], "--topic", "replay",
+                    "--partition", "0", "--offset", str(offset), "--max-bytes", "65536",
+                    "--connections", "8", "--rate", "1000",
+                    "--seconds", str(min(6, args.seconds)),
+                    "--client-id", client])
         time.sleep(args.seconds)
         # Stop the tenants; keep the broker and the object store.
         for name, proc, log in list(world.procs):

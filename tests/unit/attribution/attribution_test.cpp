@@ -331,6 +331,46 @@ TEST_CASE(
   CHECK(known_sink.bytes_by_client() == std::map<std::string, std::uint64_t>{{"older", 10}});
 }
 
+TEST_CASE("a fetch past a segment a GET has named takes no GET of an earlier segment") {
+  // Two consumers replay one partition from the remote tier at once, in different segments. A
+  // fetch reads the segment its offset is in, or a later one: once a GET has named segment 4900,
+  // a fetch at 5000 cannot be the one reading segment 900, though it is the oldest.
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"t", 0}] = 1'000'000;
+  attribution::Attributor attributor(sink, &tier);
+  attributor.on_request(fetch(1, 1, "b", 100, {{"t", 0, 4'950}}));
+  attributor.on_object_read(get(41, 110, 150, "t", 0, 4'900, 5));  // names segment 4900
+  attributor.on_exchange(respond(fetch(1, 1, "b", 100, {{"t", 0, 4'950}}), 160, 5));
+  attributor.on_request(fetch(1, 2, "b", 200, {{"t", 0, 5'000}}));
+  attributor.on_request(fetch(2, 1, "a", 210, {{"t", 0, 1'000}}));
+  attributor.on_object_read(get(42, 300, 350, "t", 0, 900, 10));
+  attributor.on_object_read(get(43, 310, 360, "t", 0, 4'900, 20));
+  CHECK(sink.bytes_by_client() == std::map<std::string, std::uint64_t>{{"a", 10}, {"b", 25}});
+
+  // Many segments named (more than are kept per partition, in both orders): the highest are
+  // kept, and still rank a fetch past them last.
+  RecordingSink many_sink;
+  attribution::Attributor many(many_sink, &tier);
+  for (std::int64_t i = 0; i < 600; ++i) {
+    many.on_object_read(get(44, 10 + 2 * i, 11 + 2 * i, "t", 0, (599 - i) * 100, 1));
+    many.on_object_read(get(44, 2000 + 2 * i, 2001 + 2 * i, "t", 0, i * 100 + 50, 1));
+  }
+  many.on_request(fetch(1, 1, "past", 5000, {{"t", 0, 59'960}}));
+  many.on_request(fetch(2, 1, "in", 5010, {{"t", 0, 59'910}}));
+  many.on_object_read(get(45, 5100, 5150, "t", 0, 59'900, 10));
+  CHECK(many_sink.bytes_by_client()["in"] == 10);
+  CHECK(many_sink.bytes_by_client().count("past") == 0);
+
+  // Where no GET has named a later segment, the oldest as before.
+  RecordingSink unknown_sink;
+  attribution::Attributor unknown(unknown_sink, &tier);
+  unknown.on_request(fetch(1, 2, "b", 200, {{"t", 0, 5'000}}));
+  unknown.on_request(fetch(2, 1, "a", 210, {{"t", 0, 1'000}}));
+  unknown.on_object_read(get(42, 300, 350, "t", 0, 900, 10));
+  CHECK(unknown_sink.bytes_by_client() == std::map<std::string, std::uint64_t>{{"b", 10}});
+}
+
 TEST_CASE("estimated reads (no key) go FIFO to fetches that may read remotely") {
   RecordingSink sink;
   FixedTier tier;
