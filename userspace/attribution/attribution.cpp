@@ -476,14 +476,15 @@ struct Attributor::Impl {
                   .first;
     }
     auto& bases = found->second;
-    auto at = std::lower_bound(bases.begin(), bases.end(), read.segment_base_offset);
+    const auto at = std::lower_bound(bases.begin(), bases.end(), read.segment_base_offset);
     if (at != bases.end() && *at == read.segment_base_offset) return;
-    if (bases.size() >= kSegmentBasesKept) {
-      if (at == bases.begin()) return;
+    auto index = at - bases.begin();
+    if (bases.size() >= kSegmentBasesKept) {  // the lowest gives way, if this one is not lower
+      if (index == 0) return;
       bases.erase(bases.begin());
-      --at;
+      --index;
     }
-    bases.insert(at, read.segment_base_offset);
+    bases.insert(bases.begin() + index, read.segment_base_offset);
   }
 
   // The base offset of the segment after the read's, where a GET has named one; else -1.
