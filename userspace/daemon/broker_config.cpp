@@ -276,11 +276,13 @@ Result<BrokerSettings> broker_settings(pid_t pid) {
   if (!in)
     return make_error(what + ": cannot read its properties file " + parsed->properties_file +
                       " (as " + file + "): " + std::strerror(errno) + instead);
-  // A server.properties is a few KiB: a file (or a device) past the bound is not one.
+  // A server.properties is a few KiB: a file (or a device) past the bound is not one. Read in
+  // pieces, so that a read (one per broker, again every retry) does not fill 4 MiB first.
   constexpr std::size_t kMaxPropertiesBytes = 4 << 20;
-  std::string text(kMaxPropertiesBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
+  std::string text;
+  char piece[16 * 1024];
+  while (text.size() <= kMaxPropertiesBytes && (in.read(piece, sizeof piece) || in.gcount() > 0))
+    text.append(piece, static_cast<std::size_t>(in.gcount()));
   if (text.size() > kMaxPropertiesBytes)
     return make_error(what + ": its properties file " + parsed->properties_file +
                       " is over 4 MiB, not a properties file" + instead);
