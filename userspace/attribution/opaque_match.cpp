@@ -99,6 +99,51 @@ void OpaqueMatcher::expire(std::uint64_t now_ns) {
   if (partition_reader_.size() > 100'000) partition_reader_.clear();
 }
 
+const OpaqueMatcher::Candidate* OpaqueMatcher::choose(std::size_t index,
+                                                      const std::vector<Candidate>& cands,
+                                                      bool claimed_only) {
+  const ObjectRead& read = held_[index].read;
+  const std::string partition = partition_of(read);
+  if (auto t = by_thread_.find(read.thread_id);
+      t != by_thread_.end() && continues(t->second, partition, read)) {
+    for (const Candidate& c : cands)
+      if (c.connection == t->second.connection && c.cycle->request_ns == t->second.request_ns)
+        return &c;
+  }
+  // The task's bytes: this read and the held ones its thread reads next that continue it.
+  std::uint64_t task_bytes = read.succeeded() ? read.body_bytes : 0;
+  Task chain{0, 0, partition, read.segment_base_offset, read.range_last};
+  for (std::size_t j = index + 1; j < held_.size(); ++j) {
+    const ObjectRead& next = held_[j].read;
+    if (next.thread_id != read.thread_id) continue;
+    const std::string p = partition_of(next);
+    if (!continues(chain, p, next)) break;
+    if (next.succeeded()) task_bytes += next.body_bytes;
+    chain.segment = next.segment_base_offset;
+    chain.range_last = next.range_last;
+  }
+  const auto reader =
+      partition.empty() ? partition_reader_.end() : partition_reader_.find(partition);
+  const Candidate* pick = nullptr;
+  std::tuple<bool, bool, double> best{};
+  for (const Candidate& c : cands) {
+    const std::uint64_t room =
+        c.cycle->capacity > c.cycle->assigned ? c.cycle->capacity - c.cycle->assigned : 0;
+    const double fit =
+        task_bytes == 0 ? (room > 0 ? 1.0 : 0.0) : static_cast<double>(room) / task_bytes;
+    if (fit < options_.opaque_min_fit) continue;  // its answer did not carry these bytes
+    std::tuple<bool, bool, double> rank{
+        reader != partition_reader_.end() && reader->second == c.connection, c.cycle->reads == 0,
+        -std::abs(std::log(fit))};
+    if (!pick || rank > best) {
+      pick = &c;
+      best = rank;
+    }
+  }
+  if (claimed_only && !(pick && std::get<0>(best))) return nullptr;
+  return pick;
+}
+
 void OpaqueMatcher::settle(std::uint64_t now_ns, const Decide& decide) {
   if (held_.empty()) {
     if (now_ns != ~0ull) expire(now_ns);
@@ -111,69 +156,69 @@ void OpaqueMatcher::settle(std::uint64_t now_ns, const Decide& decide) {
     h.read.topic = h.topic;
     h.read.topic_id = h.topic_id;
   }
-  std::size_t done = 0;
-  for (; done < held_.size(); ++done) {
-    const ObjectRead& read = held_[done].read;
-    const bool all = now_ns == ~0ull;
+  // The reads ready to decide: a prefix in start order. Nothing adds or drops cycles until the
+  // end of settle, so the candidates' pointers into the connections' deques stay valid.
+  const bool all = now_ns == ~0ull;
+  std::vector<std::vector<Candidate>> cands;
+  for (std::size_t i = 0; i < held_.size(); ++i) {
+    const ObjectRead& read = held_[i].read;
     if (!all && read.end_ns + options_.estimate_settle_ns > now_ns) break;
     bool pending = false;
-    std::vector<Candidate> cands = candidates(read, &pending);
+    std::vector<Candidate> open = candidates(read, &pending);
     if (pending && !all && read.end_ns + options_.opaque_hold_ns > now_ns) break;
-    const std::string partition = partition_of(read);
-
-    const Candidate* pick = nullptr;
-    if (auto t = by_thread_.find(read.thread_id);
-        t != by_thread_.end() && continues(t->second, partition, read)) {
-      for (const Candidate& c : cands)
-        if (c.connection == t->second.connection && c.cycle->request_ns == t->second.request_ns)
-          pick = &c;
-    }
-    if (!pick) {
-      // The task's bytes: this read and the held ones its thread reads next that continue it.
-      std::uint64_t task_bytes = read.succeeded() ? read.body_bytes : 0;
-      Task chain{0, 0, partition, read.segment_base_offset, read.range_last};
-      for (std::size_t j = done + 1; j < held_.size(); ++j) {
-        const ObjectRead& next = held_[j].read;
-        if (next.thread_id != read.thread_id) continue;
-        const std::string p = partition_of(next);
-        if (!continues(chain, p, next)) break;
-        if (next.succeeded()) task_bytes += next.body_bytes;
-        chain.segment = next.segment_base_offset;
-        chain.range_last = next.range_last;
-      }
-      const auto reader =
-          partition.empty() ? partition_reader_.end() : partition_reader_.find(partition);
-      std::tuple<bool, bool, double> best{};
-      for (const Candidate& c : cands) {
-        const std::uint64_t room =
-            c.cycle->capacity > c.cycle->assigned ? c.cycle->capacity - c.cycle->assigned : 0;
-        const double fit =
-            task_bytes == 0 ? (room > 0 ? 1.0 : 0.0) : static_cast<double>(room) / task_bytes;
-        if (fit < options_.opaque_min_fit) continue;  // its answer did not carry these bytes
-        std::tuple<bool, bool, double> rank{
-            reader != partition_reader_.end() && reader->second == c.connection,
-            c.cycle->reads == 0, -std::abs(std::log(fit))};
-        if (!pick || rank > best) {
-          pick = &c;
-          best = rank;
-        }
-      }
-    }
+    cands.push_back(std::move(open));
+  }
+  const std::size_t ready = cands.size();
+  std::vector<const Candidate*> picks(ready, nullptr);
+  std::vector<bool> decided(ready, false);
+  auto assign = [&](std::size_t i, const Candidate* pick) {
+    const ObjectRead& read = held_[i].read;
+    decided[i] = true;
+    picks[i] = pick;
     if (!pick) {
       by_thread_.erase(read.thread_id);
-      decide(read, nullptr);
-      continue;
+      return;
     }
     Cycle& cycle = *pick->cycle;
     if (read.succeeded()) cycle.assigned += read.body_bytes;
     ++cycle.reads;
+    const std::string partition = partition_of(read);
     by_thread_[read.thread_id] = Task{pick->connection, cycle.request_ns, partition,
                                       read.segment_base_offset, read.range_last};
     if (!partition.empty()) partition_reader_[partition] = pick->connection;
-    decide(read, &conns_.at(pick->connection).peer);
+  };
+  // First the reads their evidence claims (the reader thread's task goes on, the partition's
+  // reader has a cycle open across them): their bytes fill those answers before a read of a
+  // partition no one has read yet weighs the answers' room. A thread's reads stay in order.
+  std::unordered_set<std::uint32_t> deferred_threads;
+  for (std::size_t i = 0; i < ready; ++i) {
+    const std::uint32_t thread = held_[i].read.thread_id;
+    if (deferred_threads.count(thread)) continue;
+    if (const Candidate* pick = choose(i, cands[i], /*claimed_only=*/true))
+      assign(i, pick);
+    else
+      deferred_threads.insert(thread);
   }
-  held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(done));
-  if (now_ns != ~0ull) expire(now_ns);
+  // Then the rest in start order, by rank. One waits while a read not ready yet started before
+  // its cycles were answered: that read may be claimed, and take room this one would weigh.
+  for (std::size_t i = 0; i < ready; ++i) {
+    if (decided[i]) continue;
+    std::uint64_t answered = 0;
+    for (const Candidate& c : cands[i]) answered = std::max(answered, c.cycle->response_start_ns);
+    if (!all && ready < held_.size() && held_[ready].read.start_ns < answered) break;
+    assign(i, choose(i, cands[i], /*claimed_only=*/false));
+  }
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < held_.size(); ++i) {
+    if (i < ready && decided[i]) {
+      decide(held_[i].read, picks[i] ? &conns_.at(picks[i]->connection).peer : nullptr);
+      continue;
+    }
+    if (kept != i) held_[kept] = std::move(held_[i]);
+    ++kept;
+  }
+  held_.resize(kept);
+  if (!all) expire(now_ns);
 }
 
 }  // namespace fc::attribution

@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "attribution/attribution.h"
@@ -65,6 +66,10 @@ class OpaqueMatcher {
 
   // The cycle of each connection open across the read; `pending`: one of them not answered yet.
   std::vector<Candidate> candidates(const ObjectRead& read, bool* pending);
+  // The cycle held read `index` goes to: the reader thread's current task, else the best ranked
+  // cycle with room for the task; `claimed_only`: only the former or the partition's reader.
+  const Candidate* choose(std::size_t index, const std::vector<Candidate>& cands,
+                          bool claimed_only);
   static bool continues(const Task& task, const std::string& partition, const ObjectRead& read);
   void expire(std::uint64_t now_ns);
 

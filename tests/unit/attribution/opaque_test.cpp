@@ -149,6 +149,47 @@ TEST_CASE("several cycles open: the answer that carried the bytes, then the part
   CHECK(sink.bytes()["peer:10.0.0.1"] == (64u << 10));
 }
 
+TEST_CASE(
+    "the partitions' readers take their reads first; a new partition gets what room is left") {
+  // Two scanners' fetches arrive together, each answered with one remote read's bytes. B starts
+  // on a partition no one read yet; A reads on a partition A read before. B's read starts first,
+  // and A's answer is the closer in size to it: only A's own read, decided first, rules A out.
+  RecordingSink sink;
+  attribution::Attributor a(sink, nullptr);
+  a.on_opaque_open(1, "10.0.0.1", ms(100));
+  a.on_object_read(get(31, ms(200), ms(250), "scan-a", 0, 128 << 10, 0));
+  cycle(a, 1, "10.0.0.1", ms(100), ms(300), 128 << 10);
+  a.expire(ms(700));
+  REQUIRE(sink.bytes()["peer:10.0.0.1"] == (128u << 10));
+  a.on_opaque_open(2, "10.0.0.2", ms(1000));
+  a.on_opaque_open(1, "10.0.0.1", ms(1001));
+  bool long_poll = false;
+  SUBCASE("both reads ready at once") {}
+  SUBCASE("A's read held by a long poll opened after B's read started") {
+    a.on_opaque_open(3, "10.0.0.3", ms(1003));
+    long_poll = true;
+  }
+  for (int i = 0; i < 2; ++i) {  // one task each: consecutive ranges on one thread
+    a.on_object_read(get(33, ms(1002 + 20 * i), ms(1012 + 20 * i), "scan-b", 0, 64 << 10,
+                         std::int64_t{i} * (64 << 10)));
+    a.on_object_read(get(32, ms(1005 + 20 * i), ms(1015 + 20 * i), "scan-a", 0, 64 << 10,
+                         (128 << 10) + std::int64_t{i} * (64 << 10)));
+  }
+  cycle(a, 2, "10.0.0.2", ms(1000), ms(1100), 125 << 10);
+  cycle(a, 1, "10.0.0.1", ms(1001), ms(1100), 129 << 10);
+  a.expire(ms(1500));
+  if (long_poll) {
+    CHECK(sink.reads.size() == 1);  // B's read waits for A's: A's may take room it would weigh
+    cycle(a, 3, "10.0.0.3", ms(1003), ms(1600), 2048);
+    a.expire(ms(2000));
+  }
+  REQUIRE(sink.reads.size() == 5);
+  CHECK(sink.bytes()["peer:10.0.0.1"] == (256u << 10));
+  CHECK(sink.bytes()["peer:10.0.0.2"] == (128u << 10));
+  for (std::size_t i = 1; i < sink.reads.size(); ++i)  // decided in start order
+    CHECK(sink.reads[i].topic == (i % 2 == 1 ? "scan-b" : "scan-a"));
+}
+
 TEST_CASE("no cycle that carried the read: unattributed, never a peer that made no remote read") {
   RecordingSink sink;
   attribution::Attributor a(sink, nullptr);
