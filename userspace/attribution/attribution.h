@@ -50,8 +50,12 @@
 // read end) and whose answer carried at least Options::opaque_min_fit of the task's bytes: the
 // reader thread's current task first, then the connection that read that partition last (a
 // consumer reads a partition in order), then a cycle no read went to yet (one remote read per
-// fetch), then the answer closest in size. It is exported as client_id "peer:<ip>", method
-// estimated; no such cycle: unattributed.
+// fetch), then an answer alike in size (within 2x) to the fetch that came first (the broker's
+// reader pool is FIFO; sizes are estimates), then the closest in size. Reads the first two claim
+// are decided first, so their bytes fill their answers before a read of a partition no one has
+// read yet weighs the room left; such a read waits for the reads that started before its cycles
+// were answered. It is exported as client_id "peer:<ip>", method estimated; no such cycle:
+// unattributed.
 #pragma once
 
 #include <cstdint>

@@ -125,16 +125,20 @@ const OpaqueMatcher::Candidate* OpaqueMatcher::choose(std::size_t index,
   const auto reader =
       partition.empty() ? partition_reader_.end() : partition_reader_.find(partition);
   const Candidate* pick = nullptr;
-  std::tuple<bool, bool, double> best{};
+  // Answers within this factor of the task's bytes are alike: their sizes are estimated from TLS
+  // records, and among alike answers the broker's reader pool took the fetch that came first.
+  constexpr double kAlikeFit = 2.0;
+  std::tuple<bool, bool, bool, std::int64_t, double> best{};
   for (const Candidate& c : cands) {
     const std::uint64_t room =
         c.cycle->capacity > c.cycle->assigned ? c.cycle->capacity - c.cycle->assigned : 0;
     const double fit =
         task_bytes == 0 ? (room > 0 ? 1.0 : 0.0) : static_cast<double>(room) / task_bytes;
     if (fit < options_.opaque_min_fit) continue;  // its answer did not carry these bytes
-    std::tuple<bool, bool, double> rank{
+    const double misfit = std::abs(std::log(fit));
+    std::tuple<bool, bool, bool, std::int64_t, double> rank{
         reader != partition_reader_.end() && reader->second == c.connection, c.cycle->reads == 0,
-        -std::abs(std::log(fit))};
+        misfit <= std::log(kAlikeFit), -static_cast<std::int64_t>(c.cycle->request_ns), -misfit};
     if (!pick || rank > best) {
       pick = &c;
       best = rank;

@@ -15,6 +15,7 @@
 """
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -333,6 +334,7 @@ def main():
     if failures:
         print(f"{len(failures)} checks failed; log: {work}/fetchcostd.log")
         sys.exit(1)
+    shutil.rmtree(work, ignore_errors=True)  # kept on failure, for its logs
     print("PASS")
 
 

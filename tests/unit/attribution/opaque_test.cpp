@@ -153,7 +153,8 @@ TEST_CASE(
     "the partitions' readers take their reads first; a new partition gets what room is left") {
   // Two scanners' fetches arrive together, each answered with one remote read's bytes. B starts
   // on a partition no one read yet; A reads on a partition A read before. B's read starts first,
-  // and A's answer is the closer in size to it: only A's own read, decided first, rules A out.
+  // A's fetch came first and A's answer is the closer in size: only A's own read, decided first,
+  // rules A out.
   RecordingSink sink;
   attribution::Attributor a(sink, nullptr);
   a.on_opaque_open(1, "10.0.0.1", ms(100));
@@ -161,8 +162,8 @@ TEST_CASE(
   cycle(a, 1, "10.0.0.1", ms(100), ms(300), 128 << 10);
   a.expire(ms(700));
   REQUIRE(sink.bytes()["peer:10.0.0.1"] == (128u << 10));
-  a.on_opaque_open(2, "10.0.0.2", ms(1000));
-  a.on_opaque_open(1, "10.0.0.1", ms(1001));
+  a.on_opaque_open(1, "10.0.0.1", ms(1000));
+  a.on_opaque_open(2, "10.0.0.2", ms(1001));
   bool long_poll = false;
   SUBCASE("both reads ready at once") {}
   SUBCASE("A's read held by a long poll opened after B's read started") {
@@ -175,8 +176,8 @@ TEST_CASE(
     a.on_object_read(get(32, ms(1005 + 20 * i), ms(1015 + 20 * i), "scan-a", 0, 64 << 10,
                          (128 << 10) + std::int64_t{i} * (64 << 10)));
   }
-  cycle(a, 2, "10.0.0.2", ms(1000), ms(1100), 125 << 10);
-  cycle(a, 1, "10.0.0.1", ms(1001), ms(1100), 129 << 10);
+  cycle(a, 1, "10.0.0.1", ms(1000), ms(1100), 129 << 10);
+  cycle(a, 2, "10.0.0.2", ms(1001), ms(1100), 125 << 10);
   a.expire(ms(1500));
   if (long_poll) {
     CHECK(sink.reads.size() == 1);  // B's read waits for A's: A's may take room it would weigh
@@ -188,6 +189,30 @@ TEST_CASE(
   CHECK(sink.bytes()["peer:10.0.0.2"] == (128u << 10));
   for (std::size_t i = 1; i < sink.reads.size(); ++i)  // decided in start order
     CHECK(sink.reads[i].topic == (i % 2 == 1 ? "scan-b" : "scan-a"));
+}
+
+TEST_CASE("answers alike in size: a new partition's read goes to the fetch that came first") {
+  // The reader pool takes fetches in the order they came; estimated answer sizes differ by a few
+  // hundred bytes whoever read what. An answer over twice the task's bytes is not alike.
+  RecordingSink sink;
+  attribution::Attributor a(sink, nullptr);
+  a.on_opaque_open(1, "10.0.0.1", ms(100));
+  a.on_opaque_open(2, "10.0.0.2", ms(101));
+  a.on_object_read(get(31, ms(102), ms(150), "scan-a", 0, 128 << 10, 0));
+  std::string expected;
+  SUBCASE("the later fetch's answer is the closer in size") {
+    cycle(a, 1, "10.0.0.1", ms(100), ms(200), (128 << 10) - 400);
+    cycle(a, 2, "10.0.0.2", ms(101), ms(200), (128 << 10) + 20);
+    expected = "peer:10.0.0.1";
+  }
+  SUBCASE("the first fetch's answer is not alike") {
+    cycle(a, 1, "10.0.0.1", ms(100), ms(200), 300 << 10);
+    cycle(a, 2, "10.0.0.2", ms(101), ms(200), (128 << 10) + 20);
+    expected = "peer:10.0.0.2";
+  }
+  a.expire(~0ull);
+  REQUIRE(sink.reads.size() == 1);
+  CHECK(sink.reads[0].client == expected);
 }
 
 TEST_CASE("no cycle that carried the read: unattributed, never a peer that made no remote read") {

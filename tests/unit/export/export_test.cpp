@@ -17,13 +17,27 @@ using namespace fc;
 
 namespace {
 
-std::string temp_dir(const char* name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             (std::string("fc-export-") + name + "-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+// A fresh directory under the system's temp dir, removed with everything in it when the test
+// case ends.
+class TempDir {
+ public:
+  explicit TempDir(const char* name)
+      : path_(std::filesystem::temp_directory_path() /
+              (std::string("fc-export-") + name + "-" + std::to_string(getpid()))) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  operator std::string() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path);
@@ -84,7 +98,8 @@ TEST_CASE("the metrics page is valid Prometheus text with the KIP's names and es
                   "\"orders\",method=\"exact\",le=\"0.05\"} 1") != std::string::npos);
 
   // Independent check: Prometheus' own linter parses the page.
-  const std::string dir = temp_dir("promtool");
+  const TempDir temp("promtool");
+  const std::string dir = temp;
   const std::string file = dir + "/metrics.txt";
   std::ofstream(file) << text;
   const int rc =
@@ -112,7 +127,8 @@ TEST_CASE("the programs' run-time series are listed only while the kernel times 
 }
 
 TEST_CASE("the ledger survives a restart and answers time-window queries") {
-  const std::string dir = temp_dir("ledger");
+  const TempDir temp("ledger");
+  const std::string dir = temp;
   {
     auto ledger = exporter::Ledger::open(dir);
     REQUIRE(ledger.ok());
@@ -139,7 +155,8 @@ TEST_CASE("the ledger survives a restart and answers time-window queries") {
 }
 
 TEST_CASE("the audit log writes JSON lines and rotates by size") {
-  const std::string dir = temp_dir("audit");
+  const TempDir temp("audit");
+  const std::string dir = temp;
   const std::string path = dir + "/audit.jsonl";
   auto log = exporter::AuditLog::open(path, 600, 2);
   REQUIRE(log.ok());
@@ -240,7 +257,8 @@ TEST_CASE("the metrics page streams in pieces: the same text, bounded pieces, st
   exporter::render_prometheus(snap, self, {}, [&](std::string_view) { return ++calls < 2; });
   CHECK(calls == 2);  // the client went away: nothing rendered after the refused piece
 
-  const std::string dir = temp_dir("promtool-large");
+  const TempDir temp("promtool-large");
+  const std::string dir = temp;
   const std::string file = dir + "/metrics.txt";
   std::ofstream(file) << whole;
   const int rc =
@@ -252,7 +270,8 @@ TEST_CASE("the metrics page streams in pieces: the same text, bounded pieces, st
 TEST_CASE("ledger retention: old hours fold into days, the oldest days go, reports still add up") {
   constexpr std::int64_t kDay = 86400, kHour = 3600;
   const std::int64_t now = 20'000 * kDay + 12 * kHour + 600;  // 12:10 UTC on day 20,000
-  const std::string dir = temp_dir("retention");
+  const TempDir temp("retention");
+  const std::string dir = temp;
   // What was counted, kept independently of the ledger: per hour and per UTC day.
   std::map<std::int64_t, std::uint64_t> bytes_per_hour, bytes_per_day;
   {
@@ -328,7 +347,8 @@ TEST_CASE("ledger retention: old hours fold into days, the oldest days go, repor
 }
 
 TEST_CASE("a ledger.json written before retention existed loads and folds like a new one") {
-  const std::string dir = temp_dir("ledger-v1");
+  const TempDir temp("ledger-v1");
+  const std::string dir = temp;
   // The format as fetchcostd 0.1 wrote it: hourly rows, no "hours" field.
   std::ofstream(dir + "/ledger.json")
       << R"({"buckets":[{"bytes":100,"client_id":"a","cost_api":0.5,"cost_egress":0.25,"errors":0,)"
