@@ -461,8 +461,10 @@ struct Attributor::Impl {
     return nullptr;
   }
 
+  // By topic id where the key names it: a topic deleted and made again under its name starts
+  // its segments anew.
   static std::string_view segment_key(const ObjectRead& read) {
-    return read.topic.empty() ? read.topic_id : read.topic;
+    return read.topic_id.empty() ? read.topic : read.topic_id;
   }
 
   void learn_segment(const ObjectRead& read) {
@@ -503,6 +505,31 @@ struct Attributor::Impl {
     return match_ranked(read);
   }
 
+  // A GET no fetch can take, while a fetch of its partition was answered with remote data during
+  // it and has no GET counted or running: their GETs crossed (the broker queued fetches of one
+  // partition in another order than they came), and that answer carried this GET's data. The
+  // oldest such fetch; without one the GET stays unattributed.
+  std::optional<Affinity> match_unread_answer(const ObjectRead& read) {
+    const Bucket* bucket = partition_bucket(read);
+    if (!bucket || !read.succeeded()) return std::nullopt;
+    std::optional<Affinity> best;
+    for (auto it = bucket->answered.rbegin();
+         it != bucket->answered.rend() && (*it)->answered_ns > read.start_ns; ++it) {
+      const FetchIt fetch = *it;
+      if (fetch->request_ns > read.start_ns || fetch->started_reads != 0 ||
+          !same_process(*fetch, read) || (best && best->fetch->arrival < fetch->arrival))
+        continue;
+      for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
+        const auto& part = fetch->parts[i];
+        if (names_partition(part, read) && part.remote_answer && !part.storage_error &&
+            part.reads == 0 && !part.failure_taken &&
+            (read.segment_base_offset < 0 || part.fetch_offset >= read.segment_base_offset))
+          best = Affinity{fetch, i};
+      }
+    }
+    return best;
+  }
+
   // Pending fetches of the read's partition, ranked.
   std::optional<Affinity> match_ranked(const ObjectRead& read) {
     const Bucket* bucket = partition_bucket(read);
@@ -512,8 +539,9 @@ struct Attributor::Impl {
     // offset nearest the GET's segment base first: a consumer at the log's end is a candidate
     // there too, and its fetch, waiting for new records, is often the oldest.
     const bool by_offset = read.segment_base_offset >= 0;
-    // A fetch at or past a later segment's base reads that segment (or one after it): ranked
-    // last, as a fetch whose offset a tier knows only to be remote would otherwise be the oldest.
+    // A fetch at or past a later segment's base reads that segment (or one after it): it takes
+    // none of this GET's, though its offset, which a tier knows only to be remote, would make it
+    // a candidate, often the oldest.
     const std::int64_t next_base = next_segment_base(read);
     std::optional<Affinity> best;
     int best_rank = -1;
@@ -526,10 +554,9 @@ struct Attributor::Impl {
         // A partition whose remote read already ended (in Kafka <= 4.1, one task per fetch), or
         // failed (a failed GET ends its task), takes no new task.
         const bool ended = part.read_done || part.failure_taken;
-        const bool later_segment = next_base >= 0 && part.fetch_offset >= next_base;
-        const int rank = (later_segment ? -8 : 0) +
-                         (ended && options.one_remote_partition_per_fetch ? -4 : 0) +
-                         (fetch->reader_threads.empty() && fetch->started_reads == 0 ? 2 : 0) +
+        if (ended && options.one_remote_partition_per_fetch) continue;
+        if (next_base >= 0 && part.fetch_offset >= next_base) continue;
+        const int rank = (fetch->reader_threads.empty() && fetch->started_reads == 0 ? 2 : 0) +
                          (part.first_remote ? 1 : 0);
         bool better = rank > best_rank;
         if (best && rank == best_rank) {
@@ -684,7 +711,10 @@ struct Attributor::Impl {
   void on_read(const ObjectRead& read, std::optional<Affinity> at_start = std::nullopt) {
     const bool exact = read.method == Method::kExact && !read.topic.empty();
     if (exact) learn_segment(read);  // a GET whose request was not seen
-    decide(read, exact, at_start ? at_start : exact ? match_exact(read) : match_estimated(read));
+    std::optional<Affinity> match = at_start;
+    if (!match) match = exact ? match_exact(read) : match_estimated(read);
+    if (!match && exact) match = match_unread_answer(read);
+    decide(read, exact, match);
   }
 
   // Reader threads take queued fetches oldest first, but their GETs complete in any order: a

@@ -23,15 +23,17 @@
 // its fetch is still open to it: matched as they complete, a fast GET took the fetch a slower one
 // started for first. A fetch answered with remote data meanwhile is open to it only if no GET was
 // counted for it and another fetch waits with a GET counted and none running: the handlers
-// queued the two in the other order than they arrived, and each keeps one GET. A read is only ever
-// matched to fetches the same broker process received (when both processes are known: a restarted
-// broker, or two brokers on one host with the same topics, must not take each other's reads). A
-// partition is remote-eligible when its fetch offset is below the local log start (LocalTier) or
-// when an exact GET proves it. A fetch reads the segment its offset is in, or a later one: once
-// a GET has named a later segment of the partition than the read's, a fetch at or past that
-// segment's base is ranked last. Where no LocalTier knows the partition, every fetch of it is a
-// candidate, consumers waiting at its end too: among candidates ranked alike, the fetch offset
-// nearest the GET's segment base offset goes first, then the oldest.
+// queued the two in the other order than they arrived, and each keeps one GET. An exact GET no
+// fetch can take goes to the oldest fetch of its partition answered with remote data while it ran
+// with no GET counted or running (their GETs crossed); without one it is unattributed. A read is
+// only ever matched to fetches the same broker process received (when both processes are known: a
+// restarted broker, or two brokers on one host with the same topics, must not take each other's
+// reads). A partition is remote-eligible when its fetch offset is below the local log start
+// (LocalTier) or when an exact GET proves it. A fetch reads the segment its offset is in, or a
+// later one: once a GET has named a later segment of the partition than the read's, a fetch at or
+// past that segment's base is ranked last. Where no LocalTier knows the partition, every fetch of
+// it is a candidate, consumers waiting at its end too: among candidates ranked alike, the fetch
+// offset nearest the GET's segment base offset goes first, then the oldest.
 //
 // Estimated reads (opaque connections: no key, no status) are held until settled, then decided in
 // start order against the fetches whose window holds them (request arrived ≤ read start, read end ≤

@@ -254,6 +254,27 @@ TEST_CASE("a GET whose fetch was answered with another GET counted for it is mat
   CHECK(sink.reads[1].client == "b");
 }
 
+TEST_CASE("a GET no fetch can take goes to the fetch answered with remote data during it") {
+  // "b" was answered with remote data while its GET still ran, and with none counted: the
+  // broker's handlers queued the two fetches' reads crossed. No open fetch is left for the GET,
+  // so it goes to the answer that carried its data rather than to no one.
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  const auto fetches = receive_two_fetches(attributor);
+  const ObjectRead first = get(41, 120, 130, "t", 3, 0, 10);   // matched to "a" at its start
+  const ObjectRead second = get(42, 125, 200, "t", 3, 0, 20);  // matched to "b" at its start
+  attributor.on_object_request(first);
+  attributor.on_object_request(second);
+  attributor.on_object_read(first);
+  attributor.on_exchange(respond(fetches.a, 140, 10));
+  attributor.on_exchange(respond(fetches.b, 150, 20));
+  attributor.on_object_read(second);
+  REQUIRE(sink.reads.size() == 2);
+  CHECK(sink.reads[0].client == "a");
+  CHECK(sink.reads[1].client == "b");
+  CHECK(attributor.counters().reads_unattributed == 0);
+}
+
 TEST_CASE("a failed GET gives back the fetch it was matched to at its start") {
   RecordingSink sink;
   attribution::Attributor attributor(sink, nullptr);
@@ -350,7 +371,7 @@ TEST_CASE("a fetch past a segment a GET has named takes no GET of an earlier seg
   CHECK(sink.bytes_by_client() == std::map<std::string, std::uint64_t>{{"a", 10}, {"b", 25}});
 
   // Many segments named (more than are kept per partition, in both orders): the highest are
-  // kept, and still rank a fetch past them last.
+  // kept, and still keep a fetch past them from the GET.
   RecordingSink many_sink;
   attribution::Attributor many(many_sink, &tier);
   for (std::int64_t i = 0; i < 600; ++i) {
@@ -363,6 +384,19 @@ TEST_CASE("a fetch past a segment a GET has named takes no GET of an earlier seg
   CHECK(many_sink.bytes_by_client()["in"] == 10);
   CHECK(many_sink.bytes_by_client().count("past") == 0);
   // Where no GET has named a later segment, the oldest goes first: the case before this one.
+
+  // A topic deleted and made again under its name (a new topic id in the keys) starts its
+  // segments anew: the old topic's bases do not keep its fetches from their GETs.
+  RecordingSink again_sink;
+  attribution::Attributor again(again_sink, &tier);
+  auto with_id = [](ObjectRead r, std::string_view id) {
+    r.topic_id = id;
+    return r;
+  };
+  again.on_object_read(with_id(get(46, 10, 20, "t", 0, 1'000, 1), "old-id"));
+  again.on_request(fetch(1, 1, "c", 100, {{"t", 0, 1'100}}));
+  again.on_object_read(with_id(get(47, 110, 150, "t", 0, 130, 10), "new-id"));
+  CHECK(again_sink.bytes_by_client()["c"] == 10);
 }
 
 TEST_CASE("estimated reads (no key) go FIFO to fetches that may read remotely") {
