@@ -31,9 +31,9 @@
 // reads). A partition is remote-eligible when its fetch offset is below the local log start
 // (LocalTier) or when an exact GET proves it. A fetch reads the segment its offset is in, or a
 // later one: once a GET has named a later segment of the partition than the read's, a fetch at or
-// past that segment's base is ranked last. Where no LocalTier knows the partition, every fetch of
-// it is a candidate, consumers waiting at its end too: among candidates ranked alike, the fetch
-// offset nearest the GET's segment base offset goes first, then the oldest.
+// past that segment's base takes none of its GETs. Where no LocalTier knows the partition, every
+// fetch of it is a candidate, consumers waiting at its end too: among candidates ranked alike, the
+// fetch offset nearest the GET's segment base offset goes first, then the oldest.
 //
 // Estimated reads (opaque connections: no key, no status) are held until settled, then decided in
 // start order against the fetches whose window holds them (request arrived ≤ read start, read end ≤
