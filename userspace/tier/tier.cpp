@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <sstream>
 #include <thread>
@@ -159,6 +160,10 @@ struct LocalTierMap::Impl {
 
   std::thread watcher;
   std::atomic<bool> stopping{false};
+  // Log dirs set while the watcher runs, for it to take up (under `mutex`): it scans them on its
+  // own thread, so that the caller (the daemon's capture loop) never waits for a broker's
+  // thousands of partition dirs.
+  std::optional<std::vector<std::string>> next_log_dirs;
   int inotify_fd = -1;
   int wake_fd = -1;
   struct Watch {
@@ -174,7 +179,12 @@ struct LocalTierMap::Impl {
   void full_scan() {
     TopicMap fresh;
     std::size_t missing = 0;
-    for (const std::string& log_dir : options.log_dirs) {
+    std::vector<std::string> log_dirs;  // a copy: rescan() may run beside the watcher's switch
+    {
+      std::shared_lock lock(mutex);
+      log_dirs = options.log_dirs;
+    }
+    for (const std::string& log_dir : log_dirs) {
       auto names = list_partition_dirs(log_dir);
       if (!names) {
         ++missing;
@@ -335,11 +345,39 @@ struct LocalTierMap::Impl {
       const int ready = poll(fds, inotify_fd >= 0 ? 2 : 1,
                              static_cast<int>(std::max<std::int64_t>(wait.count(), 1)));
       if (ready <= 0) continue;
-      if (fds[0].revents & POLLIN) break;
+      if (fds[0].revents & POLLIN) {
+        std::uint64_t count = 0;
+        if (read(wake_fd, &count, sizeof count) < 0) { /* non-blocking: raced, nothing to read */
+        }
+        if (stopping.load()) break;
+        if (take_next_log_dirs())
+          next_rescan = std::chrono::steady_clock::now() + options.rescan_interval;
+        continue;
+      }
       if (inotify_fd >= 0 && (fds[1].revents & POLLIN) && handle_events()) {
         next_rescan = std::chrono::steady_clock::now();
       }
     }
+  }
+
+  // Watcher thread: switches to the log dirs set_log_dirs left, if any, and scans them whole.
+  // The old dirs' watches go (their queued events find no watch), the new dirs' come before the
+  // scan, as at start. Returns whether it switched.
+  bool take_next_log_dirs() {
+    {
+      std::unique_lock lock(mutex);
+      if (!next_log_dirs) return false;
+      options.log_dirs = std::move(*next_log_dirs);
+      next_log_dirs.reset();
+    }
+    if (inotify_fd >= 0) {
+      for (const auto& [wd, watch] : watches) inotify_rm_watch(inotify_fd, wd);
+      watches.clear();
+      add_watches();
+    }
+    full_scan();
+    settle_watch_masks();
+    return true;
   }
 
   const PartitionState* find(std::string_view topic, std::int32_t partition) const {
@@ -363,6 +401,11 @@ void LocalTierMap::rescan() {
 Result<void> LocalTierMap::start() {
   Impl& m = *impl_;
   if (m.watcher.joinable()) return {};
+  {
+    std::unique_lock lock(m.mutex);  // a switch the watcher stopped before taking up
+    if (m.next_log_dirs) m.options.log_dirs = std::move(*m.next_log_dirs);
+    m.next_log_dirs.reset();
+  }
   m.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (m.wake_fd < 0) return make_error(std::string("tier: eventfd failed: ") + strerror(errno));
   if (m.options.use_inotify) {
@@ -397,21 +440,29 @@ void LocalTierMap::stop() {
 }
 
 Result<void> LocalTierMap::set_log_dirs(std::vector<std::string> log_dirs) {
-  const bool running = impl_->watcher.joinable();
-  stop();
-  {
-    // The watcher is stopped; lookups read the map, not the dirs, but log_dirs() reads them.
-    std::unique_lock lock(impl_->mutex);
-    impl_->options.log_dirs = std::move(log_dirs);
+  Impl& m = *impl_;
+  if (!m.watcher.joinable()) {
+    {
+      std::unique_lock lock(m.mutex);
+      m.options.log_dirs = std::move(log_dirs);
+      m.next_log_dirs.reset();
+    }
+    rescan();
+    return {};
   }
-  if (running) return start();
-  rescan();
+  {
+    std::unique_lock lock(m.mutex);
+    m.next_log_dirs = std::move(log_dirs);
+  }
+  const std::uint64_t one = 1;
+  if (write(m.wake_fd, &one, sizeof one) < 0)
+    return make_error(std::string("tier: cannot wake the log dir watcher: ") + strerror(errno));
   return {};
 }
 
 std::vector<std::string> LocalTierMap::log_dirs() const {
   std::shared_lock lock(impl_->mutex);
-  return impl_->options.log_dirs;
+  return impl_->next_log_dirs ? *impl_->next_log_dirs : impl_->options.log_dirs;
 }
 
 std::optional<std::int64_t> LocalTierMap::local_log_start(std::string_view topic,

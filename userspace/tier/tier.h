@@ -71,8 +71,10 @@ class LocalTierMap {
   // Scans once, then keeps the map current on a background thread.
   Result<void> start();
   void stop();
-  // Watches these log dirs instead (the broker's, found once it runs): stops the watcher, scans
-  // the new dirs whole and starts it again. Lookups meanwhile see the old map, then the new one.
+  // Watches these log dirs instead (the broker's, found once it runs). Started, it returns at
+  // once and the watcher scans the new dirs whole on its thread (a broker's 20,000 partition
+  // dirs take seconds): lookups meanwhile see the old map, then the new one; log_dirs() names
+  // the new dirs. Not started, it scans them before it returns.
   Result<void> set_log_dirs(std::vector<std::string> log_dirs);
   std::vector<std::string> log_dirs() const;
 

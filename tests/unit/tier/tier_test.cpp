@@ -245,9 +245,10 @@ TEST_CASE("a map started with no log dirs takes the broker's once found, and wat
   REQUIRE(map.start().ok());
   CHECK(map.partitions().empty());
 
+  // The watcher scans them on its thread; log_dirs() names them at once.
   REQUIRE(map.set_log_dirs({first.root.string(), second.root.string()}).ok());
   CHECK(map.log_dirs() == std::vector<std::string>{first.root.string(), second.root.string()});
-  CHECK(map.local_log_start("orders", 0) == 100);
+  CHECK(eventually([&] { return map.local_log_start("orders", 0) == 100; }));
   CHECK(map.local_log_start("orders", 1) == 300);
   // Watched with inotify from then on.
   fs::remove(first.root / "orders-0" / "00000000000000000100.log");
@@ -256,13 +257,16 @@ TEST_CASE("a map started with no log dirs takes the broker's once found, and wat
 
   // Another broker (another set of dirs): the first dirs are forgotten, and no longer watched.
   REQUIRE(map.set_log_dirs({second.root.string()}).ok());
-  CHECK_FALSE(map.local_log_start("orders", 0));
+  CHECK(eventually([&] { return !map.local_log_start("orders", 0); }));
   CHECK(map.local_log_start("orders", 1) == 300);
   const auto events = map.stats().inotify_events;
   LogDir::segment(first.root / "orders-0", 200);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(map.stats().inotify_events == events);
   CHECK_FALSE(map.local_log_start("orders", 0));
+  // The second dir's watches were made again: its changes are still seen.
+  LogDir::segment(second.root / "orders-1", 250);
+  CHECK(eventually([&] { return map.local_log_start("orders", 1) == 250; }));
   map.stop();
 }
 
