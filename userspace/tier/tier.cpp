@@ -156,7 +156,7 @@ struct LocalTierMap::Impl {
   mutable std::shared_mutex mutex;
   TopicMap topics;
   std::unordered_map<std::string, std::string, StringHash, std::equal_to<>> topic_by_id;
-  Stats stats;
+  Stats stats;  // its partitions kept as `topics` changes: the metrics read it every scrape
 
   std::thread watcher;
   std::atomic<bool> stopping{false};
@@ -197,8 +197,11 @@ struct LocalTierMap::Impl {
         fresh[parsed->first][parsed->second] = std::move(*state);
       }
     }
+    std::size_t partitions = 0;
+    for (const auto& [topic, by_partition] : fresh) partitions += by_partition.size();
     std::unique_lock lock(mutex);
     topics = std::move(fresh);
+    stats.partitions = partitions;
     rebuild_topic_ids();
     ++stats.full_scans;
     stats.log_dirs_missing = missing;
@@ -217,7 +220,8 @@ struct LocalTierMap::Impl {
       if (topic == topics.end())
         topic = topics.emplace(parsed->first, decltype(topic->second){}).first;
       const bool new_id = !state->topic_id.empty() && !topic_by_id.contains(state->topic_id);
-      topic->second[parsed->second] = std::move(*state);
+      const auto [at, added] = topic->second.insert_or_assign(parsed->second, std::move(*state));
+      stats.partitions += added;
       if (new_id) rebuild_topic_ids();
       return;
     }
@@ -226,6 +230,7 @@ struct LocalTierMap::Impl {
     // Only forget it if it lived in this log dir (it may have moved to another one).
     if (partition != topic->second.end() && partition->second.log_dir == log_dir) {
       topic->second.erase(partition);
+      --stats.partitions;
       if (topic->second.empty()) {
         topics.erase(topic);
         rebuild_topic_ids();
@@ -515,10 +520,7 @@ std::vector<PartitionInfo> LocalTierMap::partitions() const {
 
 Stats LocalTierMap::stats() const {
   std::shared_lock lock(impl_->mutex);
-  Stats stats = impl_->stats;
-  stats.partitions = 0;
-  for (const auto& [topic, partitions] : impl_->topics) stats.partitions += partitions.size();
-  return stats;
+  return impl_->stats;
 }
 
 }  // namespace fc::tier

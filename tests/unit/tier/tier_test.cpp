@@ -165,6 +165,7 @@ TEST_CASE("inotify: segment deletion, new partitions and vanished dirs are seen"
   LocalTierMap map(options);
   REQUIRE(map.start().ok());
   CHECK(map.local_log_start("orders", 0) == 100);
+  CHECK(map.stats().partitions == 1);
 
   // Retention deletes the oldest segment: the local log start moves up.
   fs::remove(orders0 / "00000000000000000100.log");
@@ -177,16 +178,19 @@ TEST_CASE("inotify: segment deletion, new partitions and vanished dirs are seen"
   CHECK(eventually([&] { return map.local_log_start("new-topic", 7) == 42; }));
   CHECK(eventually([&] { return map.topic_id("new-topic") == kDashedId; }));
   CHECK(map.topic_name(kDashedId) == "new-topic");
+  CHECK(map.stats().partitions == 2);  // kept as partitions come and go, not counted per read
 
   // Kafka deletes a partition by renaming it to "-delete" and removing it later.
   fs::rename(orders0, dir.root / "orders-0.0123456789abcdef0123456789abcdef-delete");
   CHECK(eventually([&] { return !map.local_log_start("orders", 0).has_value(); }));
   CHECK(map.topic_name(kOrdersId) == std::nullopt);
   CHECK(map.classify("orders", 0, 0) == Eligibility::kUnknown);
+  CHECK(map.stats().partitions == 1);
 
   // The whole log dir vanishes (disk failure): everything it held is forgotten.
   fs::remove_all(dir.root);
   CHECK(eventually([&] { return map.partitions().empty(); }));
+  CHECK(map.stats().partitions == 0);
   CHECK(map.stats().inotify_events > 0);
   map.stop();
 }
