@@ -505,13 +505,21 @@ struct Attributor::Impl {
     return match_ranked(read);
   }
 
+  // Whether `part` was answered with remote data while `read`, a GET that succeeded, ran (it
+  // started before the answer), with no GET counted for it: the mark of GETs that crossed.
+  static bool answered_unread(const PendingFetch& fetch, const PendingPartition& part,
+                              const ObjectRead& read) {
+    return read.succeeded() && part.remote_answer && !part.storage_error && part.reads == 0 &&
+           !part.failure_taken && read.start_ns < fetch.answered_ns;
+  }
+
   // A GET no fetch can take, while a fetch of its partition was answered with remote data during
   // it and has no GET counted or running: their GETs crossed (the broker queued fetches of one
   // partition in another order than they came), and that answer carried this GET's data. The
   // oldest such fetch; without one the GET stays unattributed.
   std::optional<Affinity> match_unread_answer(const ObjectRead& read) {
     const Bucket* bucket = partition_bucket(read);
-    if (!bucket || !read.succeeded()) return std::nullopt;
+    if (!bucket) return std::nullopt;
     std::optional<Affinity> best;
     for (auto it = bucket->answered.rbegin();
          it != bucket->answered.rend() && (*it)->answered_ns > read.start_ns; ++it) {
@@ -521,8 +529,7 @@ struct Attributor::Impl {
         continue;
       for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
         const auto& part = fetch->parts[i];
-        if (names_partition(part, read) && part.remote_answer && !part.storage_error &&
-            part.reads == 0 && !part.failure_taken &&
+        if (names_partition(part, read) && answered_unread(*fetch, part, read) &&
             (read.segment_base_offset < 0 || part.fetch_offset >= read.segment_base_offset))
           best = Affinity{fetch, i};
       }
@@ -777,9 +784,7 @@ struct Attributor::Impl {
   // such a partner the answer came from elsewhere (a cache in the broker's storage plugin, say),
   // and the GET is matched again.
   bool crossed(FetchIt fetch, const PendingPartition& part, const ObjectRead& read) const {
-    if (!read.succeeded() || !part.remote_answer || part.storage_error || part.reads != 0 ||
-        read.start_ns >= fetch->answered_ns)
-      return false;
+    if (!answered_unread(*fetch, part, read)) return false;
     const Bucket* bucket = partition_bucket(read);
     if (!bucket) return false;
     for (FetchIt other : bucket->open) {
