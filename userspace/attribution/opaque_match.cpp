@@ -51,7 +51,8 @@ void OpaqueMatcher::forget(std::uint64_t connection) {
 }
 
 void OpaqueMatcher::hold(const ObjectRead& read) {
-  Held h{read, std::string(read.object_key), std::string(read.topic), std::string(read.topic_id)};
+  Held h{read, std::string(read.object_key), std::string(read.topic), std::string(read.topic_id),
+         partition_of(read)};
   held_.push_back(std::move(h));
 }
 
@@ -99,31 +100,38 @@ void OpaqueMatcher::expire(std::uint64_t now_ns) {
   if (partition_reader_.size() > 100'000) partition_reader_.clear();
 }
 
+std::uint64_t OpaqueMatcher::task_bytes(std::size_t index) const {
+  const ObjectRead& read = held_[index].read;
+  std::uint64_t bytes = read.succeeded() ? read.body_bytes : 0;
+  Task chain{0, 0, held_[index].partition, read.segment_base_offset, read.range_last};
+  for (std::size_t j = index + 1; j < held_.size(); ++j) {
+    const ObjectRead& next = held_[j].read;
+    if (next.thread_id != read.thread_id) continue;
+    if (!continues(chain, held_[j].partition, next)) break;
+    if (next.succeeded()) bytes += next.body_bytes;
+    chain.segment = next.segment_base_offset;
+    chain.range_last = next.range_last;
+  }
+  return bytes;
+}
+
 const OpaqueMatcher::Candidate* OpaqueMatcher::choose(std::size_t index,
                                                       const std::vector<Candidate>& cands,
-                                                      bool claimed_only) {
+                                                      bool claimed_only,
+                                                      std::optional<std::uint64_t>& task) {
   const ObjectRead& read = held_[index].read;
-  const std::string partition = partition_of(read);
+  const std::string& partition = held_[index].partition;
   if (auto t = by_thread_.find(read.thread_id);
       t != by_thread_.end() && continues(t->second, partition, read)) {
     for (const Candidate& c : cands)
       if (c.connection == t->second.connection && c.cycle->request_ns == t->second.request_ns)
         return &c;
   }
-  // The task's bytes: this read and the held ones its thread reads next that continue it.
-  std::uint64_t task_bytes = read.succeeded() ? read.body_bytes : 0;
-  Task chain{0, 0, partition, read.segment_base_offset, read.range_last};
-  for (std::size_t j = index + 1; j < held_.size(); ++j) {
-    const ObjectRead& next = held_[j].read;
-    if (next.thread_id != read.thread_id) continue;
-    const std::string p = partition_of(next);
-    if (!continues(chain, p, next)) break;
-    if (next.succeeded()) task_bytes += next.body_bytes;
-    chain.segment = next.segment_base_offset;
-    chain.range_last = next.range_last;
-  }
   const auto reader =
       partition.empty() ? partition_reader_.end() : partition_reader_.find(partition);
+  if (claimed_only && reader == partition_reader_.end()) return nullptr;
+  if (!task) task = task_bytes(index);
+  const std::uint64_t bytes = *task;
   const Candidate* pick = nullptr;
   // Answers within this factor of the task's bytes are alike: their sizes are estimated from TLS
   // records, and among alike answers the broker's reader pool took the fetch that came first.
@@ -132,8 +140,7 @@ const OpaqueMatcher::Candidate* OpaqueMatcher::choose(std::size_t index,
   for (const Candidate& c : cands) {
     const std::uint64_t room =
         c.cycle->capacity > c.cycle->assigned ? c.cycle->capacity - c.cycle->assigned : 0;
-    const double fit =
-        task_bytes == 0 ? (room > 0 ? 1.0 : 0.0) : static_cast<double>(room) / task_bytes;
+    const double fit = bytes == 0 ? (room > 0 ? 1.0 : 0.0) : static_cast<double>(room) / bytes;
     if (fit < options_.opaque_min_fit) continue;  // its answer did not carry these bytes
     const double misfit = std::abs(std::log(fit));
     std::tuple<bool, bool, bool, std::int64_t, double> rank{
@@ -175,6 +182,7 @@ void OpaqueMatcher::settle(std::uint64_t now_ns, const Decide& decide) {
   const std::size_t ready = cands.size();
   std::vector<const Candidate*> picks(ready, nullptr);
   std::vector<bool> decided(ready, false);
+  std::vector<std::optional<std::uint64_t>> task(ready);  // each read's task bytes, once
   auto assign = [&](std::size_t i, const Candidate* pick) {
     const ObjectRead& read = held_[i].read;
     decided[i] = true;
@@ -186,7 +194,7 @@ void OpaqueMatcher::settle(std::uint64_t now_ns, const Decide& decide) {
     Cycle& cycle = *pick->cycle;
     if (read.succeeded()) cycle.assigned += read.body_bytes;
     ++cycle.reads;
-    const std::string partition = partition_of(read);
+    const std::string& partition = held_[i].partition;
     by_thread_[read.thread_id] = Task{pick->connection, cycle.request_ns, partition,
                                       read.segment_base_offset, read.range_last};
     if (!partition.empty()) partition_reader_[partition] = pick->connection;
@@ -198,7 +206,7 @@ void OpaqueMatcher::settle(std::uint64_t now_ns, const Decide& decide) {
   for (std::size_t i = 0; i < ready; ++i) {
     const std::uint32_t thread = held_[i].read.thread_id;
     if (deferred_threads.count(thread)) continue;
-    if (const Candidate* pick = choose(i, cands[i], /*claimed_only=*/true))
+    if (const Candidate* pick = choose(i, cands[i], /*claimed_only=*/true, task[i]))
       assign(i, pick);
     else
       deferred_threads.insert(thread);
@@ -210,7 +218,7 @@ void OpaqueMatcher::settle(std::uint64_t now_ns, const Decide& decide) {
     std::uint64_t answered = 0;
     for (const Candidate& c : cands[i]) answered = std::max(answered, c.cycle->response_start_ns);
     if (!all && ready < held_.size() && held_[ready].read.start_ns < answered) break;
-    assign(i, choose(i, cands[i], /*claimed_only=*/false));
+    assign(i, choose(i, cands[i], /*claimed_only=*/false, task[i]));
   }
   std::size_t kept = 0;
   for (std::size_t i = 0; i < held_.size(); ++i) {

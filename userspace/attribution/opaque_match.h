@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -50,6 +51,7 @@ class OpaqueMatcher {
   struct Held {
     ObjectRead read;
     std::string key, topic, topic_id;
+    std::string partition;  // partition_of(read), made once: settle compares it per held read
   };
   struct Candidate {
     std::uint64_t connection;
@@ -66,10 +68,14 @@ class OpaqueMatcher {
 
   // The cycle of each connection open across the read; `pending`: one of them not answered yet.
   std::vector<Candidate> candidates(const ObjectRead& read, bool* pending);
+  // The bytes of held read `index`'s task: it and the held reads its thread reads next that
+  // continue it.
+  std::uint64_t task_bytes(std::size_t index) const;
   // The cycle held read `index` goes to: the reader thread's current task, else the best ranked
   // cycle with room for the task; `claimed_only`: only the former or the partition's reader.
-  const Candidate* choose(std::size_t index, const std::vector<Candidate>& cands,
-                          bool claimed_only);
+  // `task_bytes`: its task's bytes, worked out on first need and kept for the next call.
+  const Candidate* choose(std::size_t index, const std::vector<Candidate>& cands, bool claimed_only,
+                          std::optional<std::uint64_t>& task_bytes);
   static bool continues(const Task& task, const std::string& partition, const ObjectRead& read);
   void expire(std::uint64_t now_ns);
 
