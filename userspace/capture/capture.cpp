@@ -618,7 +618,7 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
     bpf_program* prog;
     bpf_object__for_each_program(prog, impl->skel->obj) {
       const char* name = bpf_program__name(prog);
-      const bool load = is_tls_program(name) ||
+      const bool load = is_tls_program(name) || std::strcmp(name, "exec_seen") == 0 ||
                         (by_syscall ? is_syscall_program(name, impl->variant) ||
                                           (state_tp && std::strcmp(name, "sock_set_state") == 0)
                                     : is_sock_program(name));
@@ -641,6 +641,7 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
                              options.skip_quiet_fetches && !by_syscall ? 1024 : 1);
     impl->skel->rodata->cfg_gather_slot_mask = gather_slots - 1;
     bpf_map__set_max_entries(impl->skel->maps.ringbufs, static_cast<__u32>(impl->cpus));
+    bpf_map__set_max_entries(impl->skel->maps.execs, std::max<__u32>(options.execs_kept, 1));
     bpf_map__set_max_entries(impl->skel->maps.scratch, static_cast<__u32>(impl->cpus));
     if (bpf_map__set_inner_map_fd(impl->skel->maps.ringbufs, impl->ring_fds[0]) != 0)
       return make_error("cannot set the ring buffer template: " + errno_text(errno));
@@ -920,6 +921,18 @@ Counters sum_of(const std::vector<Counters>& per_cpu) {
 }
 
 }  // namespace
+
+std::optional<std::vector<pid_t>> Capture::take_execs() {
+  const int fd = bpf_map__fd(impl_->skel->maps.execs);
+  std::vector<__u32> keys;
+  __u32 next = 0;
+  while (bpf_map_get_next_key(fd, keys.empty() ? nullptr : &keys.back(), &next) == 0)
+    keys.push_back(next);
+  // Deleted before the caller reads them: a process that execs again meanwhile is listed anew.
+  for (__u32 k : keys) bpf_map_delete_elem(fd, &k);
+  if (keys.size() >= impl_->options.execs_kept) return std::nullopt;  // full: execs refused
+  return std::vector<pid_t>(keys.begin(), keys.end());
+}
 
 Counters Capture::totals() const {
   return sum_of(per_cpu());

@@ -114,6 +114,9 @@ struct Options {
   // its response gets a record, and the records after them report their bytes, delivered as
   // EventView::skipped stand-ins. Any such send reports the requests held first.
   bool skip_quiet_fetches = false;
+  // Processes that exec'd kept between two take_execs() calls (a hash map of 4-byte keys in
+  // kernel memory); more in between, and take_execs() says some are missing.
+  std::uint32_t execs_kept = 4096;
   // Tests: act as a kernel whose verifier refuses the syscall exit programs (the loader then
   // falls back to the entry-exit pairs), a path no kernel that runs the tests takes.
   bool test_refuse_syscall_exit_programs = false;
@@ -259,6 +262,11 @@ class Capture {
   // Waits up to timeout_ms for records, then hands every record the ring reader thread has
   // moved out of the ring buffers to the handler. Returns how many, or an error.
   Result<int> poll(int timeout_ms);
+
+  // Processes that ran a new program (exec) since the last call, from the exec hook, for the
+  // search for targets; nullopt when some may be missing (more than Options::execs_kept in
+  // between): then read every process instead.
+  std::optional<std::vector<pid_t>> take_execs();
 
   Counters totals() const;
   std::vector<Counters> per_cpu() const;

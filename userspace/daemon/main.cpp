@@ -297,6 +297,16 @@ int main(int argc, char** argv) {
   // it detaches everything; turning attribution on again loads and attaches anew.
   std::unique_ptr<fc::capture::Capture> capture;
   std::set<pid_t> watched;
+  // Brokers are searched for every second: every process's /proc entry once a minute (and after
+  // each capture opens, whose exec hook saw nothing before), else those that exec'd since.
+  const std::string cgroup_searched = cgroup.empty() ? "" : fc::daemon::cgroup_relative(cgroup);
+  fc::daemon::ProcessFinder finder(
+      [&](pid_t pid) {
+        return cgroup.empty() ? fc::daemon::command_line_contains(pid, match)
+                              : fc::daemon::in_cgroup(pid, cgroup_searched);
+      },
+      std::chrono::minutes(1));
+  bool sweep_next = true;
   // Ports whose connections have a role for the BPF side, with the same capture sizes as
   // every other connection: `peer_side` names the far end's port.
   auto set_role = [&](const auto& ports, bool peer_side, fc_role role, const char* what) {
@@ -316,6 +326,7 @@ int main(int argc, char** argv) {
     }
     capture = std::move(*opened);
     watched.clear();
+    sweep_next = true;
     // The broker's listeners: Kafka client connections, whose responses the BPF side frames
     // (sendfiles inside a response folded, its sends gathered into one record; bpf/capture.bpf.c,
     // response framing).
@@ -442,9 +453,12 @@ int main(int argc, char** argv) {
 
   auto refresh_targets = [&] {
     std::vector<pid_t> wanted(pids.begin(), pids.end());
-    if (pids.empty())
-      wanted = cgroup.empty() ? fc::daemon::find_processes_by_cmdline(match)
-                              : fc::daemon::find_processes_by_cgroup(cgroup);
+    if (pids.empty()) {
+      auto execs = capture->take_execs();  // taken on a sweep too, so that none is stale after
+      if (sweep_next) execs.reset();
+      sweep_next = false;
+      wanted = finder.find(std::chrono::steady_clock::now(), execs);
+    }
     bool changed = false;
     for (pid_t pid : wanted) {
       if (watched.count(pid) || !fc::daemon::process_alive(pid)) continue;

@@ -1,19 +1,56 @@
 #include "daemon/targets.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
-#include <iterator>
 
 namespace fc::daemon {
+namespace {
+
+// /proc/PID/cmdline, raw (arguments ending in NULs); empty when unreadable. Read with plain
+// calls: a JVM's runs to tens of KiB (its class path), and a sweep reads every process's.
+std::string read_command_line(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/cmdline";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string raw;
+  char buffer[16384];
+  for (;;) {
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n <= 0) break;
+    raw.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return raw;
+}
+
+// The numeric entries of /proc but this process's own.
+std::vector<pid_t> list_processes() {
+  std::vector<pid_t> pids;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return pids;
+  const pid_t self = getpid();
+  while (const dirent* entry = readdir(dir)) {
+    const char* name = entry->d_name;
+    if (*name < '1' || *name > '9') continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name, &end, 10);
+    if (*end == '\0' && pid != self) pids.push_back(static_cast<pid_t>(pid));
+  }
+  closedir(dir);
+  return pids;
+}
+
+}  // namespace
 
 std::vector<std::string> command_line(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
-  const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string raw = read_command_line(pid);
   std::vector<std::string> args;
   for (std::size_t start = 0; start < raw.size();) {
     const std::size_t end = raw.find('\0', start);
@@ -23,19 +60,11 @@ std::vector<std::string> command_line(pid_t pid) {
   return args;
 }
 
-std::vector<pid_t> find_processes_by_cmdline(const std::string& needle) {
-  std::vector<pid_t> found;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    pid_t pid = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
-    if (pid == getpid()) continue;
-    std::string cmdline;
-    for (const std::string& arg : command_line(pid)) cmdline += (cmdline.empty() ? "" : " ") + arg;
-    if (!cmdline.empty() && cmdline.find(needle) != std::string::npos) found.push_back(pid);
-  }
-  return found;
+bool command_line_contains(pid_t pid, std::string_view needle) {
+  std::string joined = read_command_line(pid);
+  while (!joined.empty() && joined.back() == '\0') joined.pop_back();
+  std::replace(joined.begin(), joined.end(), '\0', ' ');
+  return !joined.empty() && joined.find(needle) != std::string::npos;
 }
 
 bool process_alive(pid_t pid) {
@@ -51,7 +80,7 @@ std::string cgroup_of(pid_t pid) {
   return {};
 }
 
-std::vector<pid_t> find_processes_by_cgroup(const std::string& path) {
+std::string cgroup_relative(const std::string& path) {
   std::string want = path;
   // A full path: strip the cgroup v2 mount point (hybrid systems mount it at .../unified).
   for (const std::string root : {"/sys/fs/cgroup/unified", "/sys/fs/cgroup"}) {
@@ -62,21 +91,55 @@ std::vector<pid_t> find_processes_by_cgroup(const std::string& path) {
   }
   while (want.size() > 1 && want.back() == '/') want.pop_back();
   if (want.empty()) want = "/";
-  std::vector<pid_t> found;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    pid_t pid = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
-    if (pid == getpid()) continue;
-    const std::string cg = cgroup_of(pid);
-    if (cg.empty()) continue;
-    const bool inside =
-        want == "/" || cg == want ||
-        (cg.size() > want.size() && cg.rfind(want, 0) == 0 && cg[want.size()] == '/');
-    if (inside) found.push_back(pid);
+  return want;
+}
+
+bool in_cgroup(pid_t pid, const std::string& relative) {
+  const std::string cg = cgroup_of(pid);
+  if (cg.empty()) return false;
+  return relative == "/" || cg == relative ||
+         (cg.size() > relative.size() && cg.rfind(relative, 0) == 0 && cg[relative.size()] == '/');
+}
+
+ProcessFinder::ProcessFinder(Matches matches, std::chrono::steady_clock::duration sweep_interval)
+    : matches_(std::move(matches)), sweep_interval_(sweep_interval) {}
+
+std::vector<pid_t> ProcessFinder::find(std::chrono::steady_clock::time_point now,
+                                       const std::optional<std::vector<pid_t>>& execs) {
+  if (!execs || !last_sweep_ || now - *last_sweep_ >= sweep_interval_) {
+    found_.clear();
+    for (pid_t pid : list_processes()) {
+      ++reads_;
+      if (matches_(pid)) found_.insert(pid);
+    }
+    last_sweep_ = now;
+    ++sweeps_;
+  } else {
+    std::erase_if(found_, [](pid_t pid) { return !process_alive(pid); });
+    const pid_t self = getpid();
+    for (pid_t pid : *execs) {
+      if (pid == self) continue;
+      ++reads_;
+      if (matches_(pid))
+        found_.insert(pid);
+      else
+        found_.erase(pid);  // it ran another program
+    }
   }
-  return found;
+  return {found_.begin(), found_.end()};
+}
+
+std::vector<pid_t> find_processes_by_cmdline(const std::string& needle) {
+  ProcessFinder sweep([&](pid_t pid) { return command_line_contains(pid, needle); },
+                      std::chrono::steady_clock::duration::zero());
+  return sweep.find(std::chrono::steady_clock::now(), std::nullopt);
+}
+
+std::vector<pid_t> find_processes_by_cgroup(const std::string& path) {
+  const std::string relative = cgroup_relative(path);
+  ProcessFinder sweep([&](pid_t pid) { return in_cgroup(pid, relative); },
+                      std::chrono::steady_clock::duration::zero());
+  return sweep.find(std::chrono::steady_clock::now(), std::nullopt);
 }
 
 }  // namespace fc::daemon

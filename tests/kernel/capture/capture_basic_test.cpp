@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -251,5 +252,54 @@ TEST_CASE("each program is verified within 40% of the verifier's instruction lim
     CHECK(names.count("sc_exit") == pairs);
     CHECK(names.count("sc_enter") == by_syscall);
     CHECK(names.count("sock_send_length") == !by_syscall);
+  }
+}
+
+namespace {
+
+// Forks a child that runs /bin/true (an exec under its own pid) and reaps it.
+pid_t run_true() {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    execl("/bin/true", "true", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  return pid;
+}
+
+}  // namespace
+
+// fetchcostd searches for brokers among the processes that exec'd since its last search (a launch
+// script execs the broker under its own pid), reading every process only when some may be
+// missing.
+TEST_CASE("the exec hook lists the processes that ran a program, once, in every variant") {
+  fc::testing::require_root("loading BPF programs");
+  for (auto variant :
+       {fc::capture::Variant::kSockTracepoints, fc::capture::Variant::kSyscallTracepoints}) {
+    INFO("variant " << fc::capture::variant_name(variant));
+    auto capture = fc::capture::Capture::open(
+        {.ring_bytes_per_cpu = 1 << 16, .variant = variant, .execs_kept = 8}, [](const auto&) {});
+    REQUIRE_MESSAGE(capture.ok(), (capture.ok() ? "" : capture.error().message));
+    (void)(*capture)->take_execs();  // whatever else on the host exec'd since the load
+    const pid_t first = run_true();
+    const pid_t second = run_true();
+    auto execs = (*capture)->take_execs();
+    REQUIRE(execs.has_value());
+    CHECK(std::count(execs->begin(), execs->end(), first) == 1);
+    CHECK(std::count(execs->begin(), execs->end(), second) == 1);
+    // Taken: not listed again.
+    execs = (*capture)->take_execs();
+    REQUIRE(execs.has_value());
+    CHECK(std::count(execs->begin(), execs->end(), first) == 0);
+    // More than it keeps between two calls: some may be missing, and it says so.
+    for (int i = 0; i < 9; ++i) run_true();
+    CHECK_FALSE((*capture)->take_execs().has_value());
+    execs = (*capture)->take_execs();  // emptied: counting again
+    CHECK(execs.has_value());
   }
 }
