@@ -537,6 +537,42 @@ struct Attributor::Impl {
     return best;
   }
 
+  // A GET no fetch can take, and no answer carried while it ran: the broker's threads took a
+  // segment's tasks in another order than their GETs were matched, more than two at once, so a
+  // fetch of its segment was answered with remote data and no GET counted (its GET went to
+  // another fetch), and a fetch with a GET counted still waits, its task ended: this GET is the
+  // waiting one's data. It goes to the unread answer, the oldest, so that each fetch of the
+  // segment has one GET, as each got one answer. Without a waiting fetch it stays unattributed
+  // (an answer with no GET may come from a cache in the broker's storage plugin).
+  std::optional<Affinity> match_crossed_answer(const ObjectRead& read) {
+    if (!read.succeeded() || read.segment_base_offset < 0) return std::nullopt;
+    const Bucket* bucket = partition_bucket(read);
+    if (!bucket) return std::nullopt;
+    const std::int64_t next_base = next_segment_base(read);
+    auto in_segment = [&](const PendingFetch& fetch, const PendingPartition& part) {
+      return fetch.request_ns <= read.start_ns && fetch.started_reads == 0 &&
+             same_process(fetch, read) && names_partition(part, read) &&
+             part.fetch_offset >= read.segment_base_offset &&
+             (next_base < 0 || part.fetch_offset < next_base) && !part.failure_taken;
+    };
+    bool waiting = false;
+    for (auto it = bucket->open.begin(); it != bucket->open.end() && !waiting; ++it)
+      for (const auto& part : (*it)->parts)
+        waiting |= in_segment(**it, part) && part.reads > 0 && part.read_done;
+    if (!waiting) return std::nullopt;
+    std::optional<Affinity> best;
+    for (FetchIt fetch : bucket->answered) {
+      if (best && best->fetch->arrival < fetch->arrival) continue;
+      for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
+        const auto& part = fetch->parts[i];
+        if (in_segment(*fetch, part) && part.remote_answer && !part.storage_error &&
+            part.reads == 0)
+          best = Affinity{fetch, i};
+      }
+    }
+    return best;
+  }
+
   // Pending fetches of the read's partition, ranked.
   std::optional<Affinity> match_ranked(const ObjectRead& read) {
     const Bucket* bucket = partition_bucket(read);
@@ -721,6 +757,7 @@ struct Attributor::Impl {
     std::optional<Affinity> match = at_start;
     if (!match) match = exact ? match_exact(read) : match_estimated(read);
     if (!match && exact) match = match_unread_answer(read);
+    if (!match && exact) match = match_crossed_answer(read);
     decide(read, exact, match);
   }
 

@@ -25,7 +25,10 @@
 // counted for it and another fetch waits with a GET counted and none running: the handlers
 // queued the two in the other order than they arrived, and each keeps one GET. An exact GET no
 // fetch can take goes to the oldest fetch of its partition answered with remote data while it ran
-// with no GET counted or running (their GETs crossed); without one it is unattributed. A read is
+// with no GET counted or running (their GETs crossed); without one, while a fetch of its segment
+// with a GET counted and its task ended still waits for its answer, to the oldest fetch of the
+// segment answered with remote data with none counted or running (three or more crossed: the
+// GET counted for the waiting one was the answered one's data); else it is unattributed. A read is
 // only ever matched to fetches the same broker process received (when both processes are known: a
 // restarted broker, or two brokers on one host with the same topics, must not take each other's
 // reads). A partition is remote-eligible when its fetch offset is below the local log start

@@ -275,6 +275,47 @@ TEST_CASE("a GET no fetch can take goes to the fetch answered with remote data d
   CHECK(attributor.counters().reads_unattributed == 0);
 }
 
+TEST_CASE("a GET no fetch can take, while one waits with a GET counted: the unread answer's") {
+  // Many fetches of one segment at once: the broker's threads took their tasks in another order
+  // than their GETs were matched. "y" was answered with remote data and no GET counted (its data
+  // was the GET counted for "x"), and "x", its task ended, still waits: the next GET of the
+  // segment, which no fetch can take, is x's data, and goes to "y", so each has one.
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"t", 0}] = 1'000'000;
+  tier.starts[{"t", 1}] = 1'000'000;
+  attribution::Attributor attributor(sink, &tier);
+  const auto x = fetch(1, 1, "x", 100, {{"t", 0, 150}});
+  const auto y = fetch(2, 1, "y", 105, {{"t", 0, 150}});
+  attributor.on_request(x);
+  attributor.on_request(y);
+  attributor.on_request(fetch(3, 1, "z", 106, {{"t", 1, 10}}));
+  const ObjectRead counted = get(41, 110, 120, "t", 0, 100, 10);  // matched to "x"
+  attributor.on_object_request(counted);
+  attributor.on_object_read(counted);
+  attributor.on_exchange(respond(y, 126, 10));
+  bool x_waits = true;
+  SUBCASE("x waits") {}
+  SUBCASE("x was answered too: no fetch waits, and nothing says whose GET it is") {
+    attributor.on_exchange(respond(x, 127, 10));
+    x_waits = false;
+  }
+  const ObjectRead other = get(41, 128, 129, "t", 1, 0, 5);  // thread 41 moves on: x's task ends
+  attributor.on_object_request(other);
+  attributor.on_object_read(other);
+  const ObjectRead late = get(42, 130, 140, "t", 0, 100, 20);
+  attributor.on_object_request(late);
+  attributor.on_object_read(late);
+  if (x_waits) {
+    CHECK(sink.bytes_by_client() ==
+          std::map<std::string, std::uint64_t>{{"x", 10}, {"y", 20}, {"z", 5}});
+    CHECK(attributor.counters().reads_unattributed == 0);
+  } else {
+    CHECK(sink.bytes_by_client()["y"] == 0);
+    CHECK(attributor.counters().reads_unattributed == 1);
+  }
+}
+
 TEST_CASE("a failed GET gives back the fetch it was matched to at its start") {
   RecordingSink sink;
   attribution::Attributor attributor(sink, nullptr);
