@@ -219,6 +219,8 @@ struct Capture::Impl {
   std::string drain_priority_error;  // under drain_mutex
   std::vector<int> ring_fds;
   std::vector<LinkPtr> syscall_links;  // the syscall variants' programs, one link per tracepoint
+  LinkPtr exec_link;                   // the exec hook's; null when it could not attach
+  std::string exec_error;              // why not
   EventHandler handler;
   Options options;
   Variant variant = Variant::kAuto;
@@ -248,6 +250,7 @@ struct Capture::Impl {
     if (kick_fd >= 0) close(kick_fd);
     targets.clear();  // uprobe links first
     syscall_links.clear();
+    exec_link.reset();
     if (wait_fd >= 0) close(wait_fd);
     for (auto& r : readers)
       if (r->rb) ring_buffer__free(r->rb);
@@ -624,6 +627,9 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
                                     : is_sock_program(name));
       bpf_program__set_autoload(prog, load);
     }
+    // The exec hook only spares the search for targets its reads: attached on its own, so that
+    // a kernel that refuses it still captures (take_execs() then says every process is to read).
+    bpf_program__set_autoattach(impl->skel->progs.exec_seen, false);
     // The fallback keeps connections in a hash keyed by socket address; the sock variant keeps
     // them in socket-local storage and leaves the hash empty (one entry per CPU, not 64 Ki
     // preallocated ones: about 10 MiB of kernel memory).
@@ -694,6 +700,8 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
     return make_error("cannot attach fetchcost's BPF programs: " + errno_text(err) +
                       (impl->variant != Variant::kSockTracepoints ? kTracefsHint : ""));
   }
+  impl->exec_link.reset(bpf_program__attach(impl->skel->progs.exec_seen));
+  if (!impl->exec_link) impl->exec_error = "cannot attach the exec hook: " + errno_text(errno);
   if (impl->variant != Variant::kSockTracepoints) {
     // One program per role, attached to every syscall it serves (no auto-attach in its SEC).
     const bool pairs = impl->variant == Variant::kSyscallEntryExit;
@@ -923,6 +931,7 @@ Counters sum_of(const std::vector<Counters>& per_cpu) {
 }  // namespace
 
 std::optional<std::vector<pid_t>> Capture::take_execs() {
+  if (!impl_->exec_link) return std::nullopt;
   const int fd = bpf_map__fd(impl_->skel->maps.execs);
   std::vector<__u32> keys;
   __u32 next = 0;
@@ -995,6 +1004,7 @@ Status Capture::status() const {
     s.drain_priority_error = impl_->drain_priority_error;
   }
   s.tls_calls_in_progress = __atomic_load_n(&impl_->skel->bss->tls_calls_open, __ATOMIC_RELAXED);
+  s.exec_hook_error = impl_->exec_error;
   return s;
 }
 

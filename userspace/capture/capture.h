@@ -233,6 +233,7 @@ struct Status {
   std::uint64_t drain_promotions = 0;
   std::string drain_priority_error;
   std::int64_t tls_calls_in_progress = 0;  // TLS library calls between their two probes
+  std::string exec_hook_error;  // why the exec hook is not attached (take_execs() has no list)
 };
 
 class Capture {

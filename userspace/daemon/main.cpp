@@ -347,6 +347,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "fetchcostd: ring reader thread at real-time priority (SCHED_FIFO 1)\n");
     else if (!status.reader_priority_error.empty())
       std::fprintf(stderr, "fetchcostd: warning: %s\n", status.reader_priority_error.c_str());
+    if (!status.exec_hook_error.empty())
+      std::fprintf(stderr,
+                   "fetchcostd: warning: %s; the search for brokers reads every process each "
+                   "second\n",
+                   status.exec_hook_error.c_str());
     if (!status.program_stats.error.empty())
       std::fprintf(stderr, "fetchcostd: warning: %s\n", status.program_stats.error.c_str());
     else if (status.program_stats.held)

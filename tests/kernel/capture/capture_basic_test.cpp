@@ -285,6 +285,7 @@ TEST_CASE("the exec hook lists the processes that ran a program, once, in every 
     auto capture = fc::capture::Capture::open(
         {.ring_bytes_per_cpu = 1 << 16, .variant = variant, .execs_kept = 8}, [](const auto&) {});
     REQUIRE_MESSAGE(capture.ok(), (capture.ok() ? "" : capture.error().message));
+    CHECK((*capture)->status().exec_hook_error.empty());
     (void)(*capture)->take_execs();  // whatever else on the host exec'd since the load
     const pid_t first = run_true();
     const pid_t second = run_true();
