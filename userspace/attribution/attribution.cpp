@@ -549,7 +549,8 @@ struct Attributor::Impl {
     const Bucket* bucket = partition_bucket(read);
     if (!bucket) return std::nullopt;
     const std::int64_t next_base = next_segment_base(read);
-    auto in_segment = [&](const PendingFetch& fetch, const PendingPartition& part) {
+    // Came before it, no GET running, the same broker, reading its segment.
+    auto eligible = [&](const PendingFetch& fetch, const PendingPartition& part) {
       return fetch.request_ns <= read.start_ns && fetch.started_reads == 0 &&
              same_process(fetch, read) && names_partition(part, read) &&
              part.fetch_offset >= read.segment_base_offset &&
@@ -558,15 +559,14 @@ struct Attributor::Impl {
     bool waiting = false;
     for (auto it = bucket->open.begin(); it != bucket->open.end() && !waiting; ++it)
       for (const auto& part : (*it)->parts)
-        waiting |= in_segment(**it, part) && part.reads > 0 && part.read_done;
+        waiting |= eligible(**it, part) && part.reads > 0 && part.read_done;
     if (!waiting) return std::nullopt;
     std::optional<Affinity> best;
     for (FetchIt fetch : bucket->answered) {
       if (best && best->fetch->arrival < fetch->arrival) continue;
       for (std::size_t i = 0; i < fetch->parts.size(); ++i) {
         const auto& part = fetch->parts[i];
-        if (in_segment(*fetch, part) && part.remote_answer && !part.storage_error &&
-            part.reads == 0)
+        if (eligible(*fetch, part) && part.remote_answer && !part.storage_error && part.reads == 0)
           best = Affinity{fetch, i};
       }
     }

@@ -220,8 +220,7 @@ struct LocalTierMap::Impl {
       if (topic == topics.end())
         topic = topics.emplace(parsed->first, decltype(topic->second){}).first;
       const bool new_id = !state->topic_id.empty() && !topic_by_id.contains(state->topic_id);
-      const auto [at, added] = topic->second.insert_or_assign(parsed->second, std::move(*state));
-      stats.partitions += added;
+      stats.partitions += topic->second.insert_or_assign(parsed->second, std::move(*state)).second;
       if (new_id) rebuild_topic_ids();
       return;
     }
