@@ -463,6 +463,7 @@ int main(int argc, char** argv) {
       if (sweep_next) execs.reset();
       sweep_next = false;
       wanted = finder.find(std::chrono::steady_clock::now(), execs);
+      (*service)->set_target_search(finder.sweeps(), finder.processes_read());
     }
     bool changed = false;
     for (pid_t pid : wanted) {

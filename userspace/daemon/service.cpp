@@ -196,6 +196,7 @@ struct Service::Impl {
   // Watched brokers whose settings could not be read, and the last reason.
   std::size_t broker_settings_unread = 0;
   std::string broker_settings_error;
+  std::uint64_t target_sweeps = 0, target_processes_read = 0;  // set_target_search
   std::unique_ptr<exporter::Ledger> ledger;
   std::unique_ptr<exporter::AuditLog> audit;
   std::unique_ptr<pipeline::Pipeline> pipe;
@@ -673,6 +674,9 @@ struct Service::Impl {
                                                                         : broker_settings_error},
           {"partitions", ts.partitions},
           {"log_dirs_missing", ts.log_dirs_missing}};
+      doc["target_search"] = {{"sweeps", target_sweeps},
+                              {"processes_read", target_processes_read},
+                              {"exec_hook_error", capture_status.exec_hook_error}};
       doc["broker_settings"] = {{"unread", broker_settings_unread},
                                 {"error", broker_settings_error}};
       const auto st = sensors.stats();
@@ -898,6 +902,12 @@ Result<bool> Service::use_broker_log_dirs(std::vector<std::string> dirs, std::st
   impl_->log_dirs_error = switched ? std::string() : switched.error().message;
   if (!switched) return switched.error();
   return other;
+}
+
+void Service::set_target_search(std::uint64_t sweeps, std::uint64_t processes_read) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->target_sweeps = sweeps;
+  impl_->target_processes_read = processes_read;
 }
 
 void Service::set_broker_settings_unread(std::size_t brokers, std::string error) {

@@ -45,6 +45,9 @@ class Service {
   // reason (empty when none): /api/v1/status, fetchcost_broker_settings_unread, and
   // local_tier.error while the config names no log dirs.
   void set_broker_settings_unread(std::size_t brokers, std::string error);
+  // The search for brokers so far (daemon/targets.h, ProcessFinder): its sweeps of every
+  // process and the processes it read in all, for /api/v1/status (target_search).
+  void set_target_search(std::uint64_t sweeps, std::uint64_t processes_read);
   // A broker's client listener ports: those not among kafka_ports yet join them (the pipeline's
   // and the status's config) and are returned. Capture thread.
   std::vector<std::uint16_t> add_kafka_ports(const std::vector<std::uint16_t>& ports);

@@ -226,6 +226,13 @@ def main():
         check(tier.get("log_dirs") == [] and tier.get("origin") == "" and tier.get("error") == ""
               and metric(base, "fetchcost_local_tier_partitions") == 0,
               f"status: local_tier has no log dirs before a broker is found ({tier})")
+        # The search for brokers read every process once, at its first call; the calls each
+        # second since read only the processes that exec'd (a sweep a second read them all).
+        time.sleep(3)
+        search = json.loads(http(base + "/api/v1/status")).get("target_search", {})
+        check(search.get("sweeps") == 1 and search.get("processes_read", 0) > 0
+              and search.get("exec_hook_error") == "",
+              f"status: target_search swept once in 3 s and more, its exec hook attached ({search})")
         check(status.get("ring_bytes_per_cpu") == 1 << 20
               and status.get("ring_reader", {}).get("wakeup_bytes") == 512 << 10,
               f"status: the configured ring and wakeup mark ({status.get('ring_bytes_per_cpu')}, "
