@@ -126,6 +126,9 @@ int run_status(const StatusOptions& o) {
     std::printf("settings    %s watched broker(s) unread, tried again every 10 s: %s\n",
                 str(s["broker_settings"], "unread").c_str(),
                 s["broker_settings"].value("error", "").c_str());
+  if (s.contains("target_search"))  // said only when the search cannot spare its reads
+    if (const std::string error = s["target_search"].value("exec_hook_error", ""); !error.empty())
+      std::printf("search      reads every process each second: %s\n", error.c_str());
   const auto targets = s.value("targets", nlohmann::json::array());
   std::printf("targets     %zu\n", targets.size());
   for (const auto& t : targets) {
