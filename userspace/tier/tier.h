@@ -52,6 +52,10 @@ struct Options {
 
 struct Stats {
   std::uint64_t full_scans = 0;
+  // Partition dirs the full scans read, and those they took as the scan before read them (the
+  // dir unchanged since: its inode and modification time).
+  std::uint64_t dirs_read = 0;
+  std::uint64_t dirs_unchanged = 0;
   std::uint64_t partition_scans = 0;
   std::uint64_t inotify_events = 0;
   std::uint64_t inotify_overflows = 0;

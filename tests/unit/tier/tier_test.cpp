@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -272,6 +273,60 @@ TEST_CASE("a map started with no log dirs takes the broker's once found, and wat
   LogDir::segment(second.root / "orders-1", 250);
   CHECK(eventually([&] { return map.local_log_start("orders", 1) == 250; }));
   map.stop();
+}
+
+namespace {
+
+// Sets a dir's modification time `ago` in the past, as a dir untouched since then has.
+void age(const fs::path& dir, std::chrono::seconds ago) {
+  const auto when = std::chrono::system_clock::now() - ago;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch());
+  const timespec times[2] = {{static_cast<time_t>(ns.count() / 1'000'000'000), 0},
+                             {static_cast<time_t>(ns.count() / 1'000'000'000), 0}};
+  REQUIRE(utimensat(AT_FDCWD, dir.c_str(), times, 0) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("a rescan takes the dirs unchanged since the one before as it read them") {
+  LogDir dir;
+  const auto orders0 = dir.partition("orders-0", kOrdersId);
+  const auto orders1 = dir.partition("orders-1", kOrdersId);
+  const auto pending = dir.partition("pending-2");  // no topic id yet
+  LogDir::segment(orders0, 100);
+  LogDir::segment(orders1, 300);
+  LogDir::segment(pending, 5);
+  for (const auto& d : {orders0, orders1, pending}) age(d, std::chrono::minutes(1));
+  LocalTierMap map(fc::tier::Options{{dir.root.string()}});
+  map.rescan();
+  CHECK(map.stats().dirs_read == 3);
+  // Unchanged since, with their topic ids: taken as read. The one whose id is unknown is read
+  // again (partition.metadata may be written in place, which leaves the dir as it was).
+  map.rescan();
+  CHECK(map.stats().dirs_read == 4);
+  CHECK(map.stats().dirs_unchanged == 2);
+  CHECK(map.local_log_start("orders", 0) == 100);
+
+  // A new segment changes its dir: read again. And again at the next rescan, its time being
+  // within a second of the scan that read it (a change in the same tick would not show).
+  LogDir::segment(orders0, 50);
+  map.rescan();
+  CHECK(map.local_log_start("orders", 0) == 50);
+  CHECK(map.stats().dirs_read == 6);
+  map.rescan();
+  CHECK(map.stats().dirs_read == 8);
+  CHECK(map.stats().dirs_unchanged == 4);
+
+  // The id written in place; a topic made again under its name (a new dir, another id).
+  std::ofstream(pending / "partition.metadata") << "version: 0\ntopic_id: " << kDashedId << "\n";
+  age(pending, std::chrono::minutes(1));
+  fs::remove_all(orders1);
+  LogDir::segment(dir.partition("orders-1", kDashedId), 400);
+  age(orders1, std::chrono::minutes(2));
+  map.rescan();
+  CHECK(map.topic_id("pending") == kDashedId);
+  CHECK(map.local_log_start("orders", 1) == 400);
+  CHECK(map.partitions()[1].topic_id == kDashedId);
 }
 
 TEST_CASE("periodic rescan alone keeps the map current (no inotify)") {
