@@ -179,29 +179,36 @@ struct LocalTierMap::Impl {
   // more than the rescan itself).
   std::unordered_map<std::string, int> watched_dirs;
 
-  // Partition dirs as the last full scan read them, by path. A rescan of 20,000 partition dirs
-  // read every one (ten calls each: its entries, its partition.metadata) in 460-500 ms, every
-  // log_dirs_rescan_seconds: a dir whose inode and modification time are as they were is taken
-  // from here instead, one stat each. Only a time over a second older than that scan's start
-  // tells: a change in the same clock tick as the read would leave it as it was. A dir whose
-  // topic id was not known yet is read again (partition.metadata written in place changes the
-  // file, not the dir).
+  // Partition dirs as the last full scan found them, by log dir and name. A rescan of 20,000
+  // partition dirs read every one (ten calls each: its entries, its partition.metadata) in
+  // 460-500 ms, every log_dirs_rescan_seconds: a dir whose inode and modification time are as
+  // they were keeps its entry in the map, one stat each. Only a time over a second older than
+  // that scan's start tells: a change in the same clock tick as the read would leave it as it
+  // was. A dir whose topic id is not known yet is read again (partition.metadata written in place
+  // changes the file, not the dir). The map's entry, not a copy: it is as new (an inotify event
+  // reads the dir again), and copies doubled the tier's memory (9 MiB more for 20,000).
   struct ScannedDir {
     ino_t inode = 0;
     timespec modified{};
-    PartitionState state;
   };
   std::mutex scan_mutex;  // one full scan at a time (rescan() may run beside the watcher's)
-  std::unordered_map<std::string, ScannedDir> scanned;                   // under scan_mutex
+  std::unordered_map<std::string, std::unordered_map<std::string, ScannedDir>>
+      scanned;                                                           // under scan_mutex
   std::optional<std::chrono::system_clock::time_point> last_scan_start;  // under scan_mutex
 
   explicit Impl(Options o) : options(std::move(o)) {}
 
-  // A dir the last full scan read, unchanged since (ScannedDir): its state then; else nullopt.
-  std::optional<PartitionState> unchanged(const std::string& path, const struct stat& now) const {
-    auto old = scanned.find(path);
-    if (old == scanned.end() || !last_scan_start || old->second.state.topic_id.empty() ||
-        old->second.inode != now.st_ino || old->second.modified.tv_sec != now.st_mtim.tv_sec ||
+  // A dir the last full scan found, unchanged since (ScannedDir): its entry in the map; else
+  // nullopt.
+  std::optional<PartitionState> unchanged(const std::string& log_dir, const std::string& name,
+                                          const std::pair<std::string, std::int32_t>& partition,
+                                          const struct stat& now) const {
+    if (!last_scan_start) return std::nullopt;
+    const auto in_dir = scanned.find(log_dir);
+    if (in_dir == scanned.end()) return std::nullopt;
+    const auto old = in_dir->second.find(name);
+    if (old == in_dir->second.end() || old->second.inode != now.st_ino ||
+        old->second.modified.tv_sec != now.st_mtim.tv_sec ||
         old->second.modified.tv_nsec != now.st_mtim.tv_nsec)
       return std::nullopt;
     const auto modified = std::chrono::system_clock::time_point(
@@ -209,13 +216,17 @@ struct LocalTierMap::Impl {
             std::chrono::seconds(now.st_mtim.tv_sec) +
             std::chrono::nanoseconds(now.st_mtim.tv_nsec)));
     if (modified + std::chrono::seconds(1) >= *last_scan_start) return std::nullopt;
-    return old->second.state;
+    std::shared_lock lock(mutex);
+    const PartitionState* state = find(partition.first, partition.second);
+    if (state == nullptr || state->log_dir != log_dir || state->topic_id.empty())
+      return std::nullopt;
+    return *state;
   }
 
   void full_scan() {
     std::lock_guard scan_lock(scan_mutex);
     const auto scan_start = std::chrono::system_clock::now();
-    std::unordered_map<std::string, ScannedDir> read_now;
+    decltype(scanned) found_now;
     std::uint64_t read = 0, kept = 0;
     TopicMap fresh;
     std::size_t missing = 0;
@@ -231,10 +242,10 @@ struct LocalTierMap::Impl {
         continue;
       }
       for (const std::string& name : *names) {
-        const std::string path = log_dir + "/" + name;
         struct stat now {};
-        if (stat(path.c_str(), &now) != 0) continue;  // vanished between listing and scanning
-        auto state = unchanged(path, now);
+        if (stat((log_dir + "/" + name).c_str(), &now) != 0) continue;  // vanished meanwhile
+        auto parsed = parse_partition_dir_name(name);
+        auto state = unchanged(log_dir, name, *parsed, now);
         if (state) {
           ++kept;
         } else {
@@ -242,8 +253,7 @@ struct LocalTierMap::Impl {
           if (!state) continue;
           ++read;
         }
-        read_now[path] = ScannedDir{now.st_ino, now.st_mtim, *state};
-        auto parsed = parse_partition_dir_name(name);
+        found_now[log_dir][name] = ScannedDir{now.st_ino, now.st_mtim};
         fresh[parsed->first][parsed->second] = std::move(*state);
       }
     }
@@ -257,7 +267,7 @@ struct LocalTierMap::Impl {
     stats.dirs_read += read;
     stats.dirs_unchanged += kept;
     stats.log_dirs_missing = missing;
-    scanned = std::move(read_now);
+    scanned = std::move(found_now);
     last_scan_start = scan_start;
   }
 
