@@ -277,12 +277,10 @@ TEST_CASE("a map started with no log dirs takes the broker's once found, and wat
 
 namespace {
 
-// Sets a dir's modification time `ago` in the past, as a dir untouched since then has.
-void age(const fs::path& dir, std::chrono::seconds ago) {
-  const auto when = std::chrono::system_clock::now() - ago;
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch());
-  const timespec times[2] = {{static_cast<time_t>(ns.count() / 1'000'000'000), 0},
-                             {static_cast<time_t>(ns.count() / 1'000'000'000), 0}};
+// Sets a dir's modification time to `when` (whole seconds), as a dir untouched since has.
+void age(const fs::path& dir, std::chrono::system_clock::time_point when) {
+  const time_t seconds = std::chrono::system_clock::to_time_t(when);
+  const timespec times[2] = {{seconds, 0}, {seconds, 0}};
   REQUIRE(utimensat(AT_FDCWD, dir.c_str(), times, 0) == 0);
 }
 
@@ -296,7 +294,8 @@ TEST_CASE("a rescan takes the dirs unchanged since the one before as it read the
   LogDir::segment(orders0, 100);
   LogDir::segment(orders1, 300);
   LogDir::segment(pending, 5);
-  for (const auto& d : {orders0, orders1, pending}) age(d, std::chrono::minutes(1));
+  const auto long_ago = std::chrono::system_clock::now() - std::chrono::minutes(1);
+  for (const auto& d : {orders0, orders1, pending}) age(d, long_ago);
   LocalTierMap map(fc::tier::Options{{dir.root.string()}});
   map.rescan();
   CHECK(map.stats().dirs_read == 3);
@@ -317,12 +316,13 @@ TEST_CASE("a rescan takes the dirs unchanged since the one before as it read the
   CHECK(map.stats().dirs_read == 8);
   CHECK(map.stats().dirs_unchanged == 4);
 
-  // The id written in place; a topic made again under its name (a new dir, another id).
+  // The id written in place; a topic made again under its name, as Kafka does it (the old dir
+  // renamed to -delete first): a new dir, whose time alone would not tell.
   std::ofstream(pending / "partition.metadata") << "version: 0\ntopic_id: " << kDashedId << "\n";
-  age(pending, std::chrono::minutes(1));
-  fs::remove_all(orders1);
+  age(pending, long_ago);
+  fs::rename(orders1, dir.root / "orders-1.0123456789abcdef0123456789abcdef-delete");
   LogDir::segment(dir.partition("orders-1", kDashedId), 400);
-  age(orders1, std::chrono::minutes(2));
+  age(orders1, long_ago);
   map.rescan();
   CHECK(map.topic_id("pending") == kDashedId);
   CHECK(map.local_log_start("orders", 1) == 400);
