@@ -129,17 +129,4 @@ std::vector<pid_t> ProcessFinder::find(std::chrono::steady_clock::time_point now
   return {found_.begin(), found_.end()};
 }
 
-std::vector<pid_t> find_processes_by_cmdline(const std::string& needle) {
-  ProcessFinder sweep([&](pid_t pid) { return command_line_contains(pid, needle); },
-                      std::chrono::steady_clock::duration::zero());
-  return sweep.find(std::chrono::steady_clock::now(), std::nullopt);
-}
-
-std::vector<pid_t> find_processes_by_cgroup(const std::string& path) {
-  const std::string relative = cgroup_relative(path);
-  ProcessFinder sweep([&](pid_t pid) { return in_cgroup(pid, relative); },
-                      std::chrono::steady_clock::duration::zero());
-  return sweep.find(std::chrono::steady_clock::now(), std::nullopt);
-}
-
 }  // namespace fc::daemon

@@ -58,9 +58,4 @@ class ProcessFinder {
   std::uint64_t sweeps_ = 0;
 };
 
-// One sweep: the PIDs whose command line contains `needle`, or that are in cgroup `path` or
-// below it (either form of cgroup_relative), excluding self.
-std::vector<pid_t> find_processes_by_cmdline(const std::string& needle);
-std::vector<pid_t> find_processes_by_cgroup(const std::string& path);
-
 }  // namespace fc::daemon

@@ -12,6 +12,18 @@
 #include "base/result.h"
 #include "daemon/targets.h"
 
+namespace {
+
+// One sweep of every process (the finder's first call): those whose command line holds `needle`.
+std::vector<pid_t> sweep_for(const std::string& needle) {
+  fc::daemon::ProcessFinder finder(
+      [&](pid_t pid) { return fc::daemon::command_line_contains(pid, needle); },
+      std::chrono::minutes(1));
+  return finder.find(std::chrono::steady_clock::now(), std::nullopt);
+}
+
+}  // namespace
+
 TEST_CASE("a process is found by a substring of its command line, and only while it lives") {
   const std::string marker = "fetchcost-unit-marker-" + std::to_string(getpid());
   pid_t child = fork();
@@ -23,16 +35,16 @@ TEST_CASE("a process is found by a substring of its command line, and only while
   }
   std::vector<pid_t> found;
   for (int i = 0; i < 100 && found.empty(); ++i) {
-    found = fc::daemon::find_processes_by_cmdline(marker);
+    found = sweep_for(marker);
     if (found.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   CHECK(found == std::vector<pid_t>{child});
   CHECK(fc::daemon::process_alive(child));
-  CHECK(fc::daemon::find_processes_by_cmdline(marker + "-absent").empty());
+  CHECK(sweep_for(marker + "-absent").empty());
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   CHECK_FALSE(fc::daemon::process_alive(child));
-  CHECK(fc::daemon::find_processes_by_cmdline(marker).empty());
+  CHECK(sweep_for(marker).empty());
 }
 
 namespace {
