@@ -62,8 +62,17 @@ std::size_t ReorderWindow::settle(std::uint64_t before_ns, std::size_t max) {
   };
   const auto fresh = keys_.begin() + static_cast<std::ptrdiff_t>(sorted_);
   std::sort(fresh, keys_.end(), earlier);
-  std::inplace_merge(keys_.begin() + static_cast<std::ptrdiff_t>(head_), fresh, keys_.end(),
-                     earlier);
+  if (fresh != keys_.end()) {
+    // Only the ordered keys later than the earliest fresh one move, merged through a buffer
+    // kept between calls (std::inplace_merge allocated one the size of the window each time).
+    const auto from = std::upper_bound(keys_.begin() + static_cast<std::ptrdiff_t>(head_), fresh,
+                                       *fresh, earlier);
+    if (from != fresh) {
+      merge_buffer_.assign(from, keys_.end());
+      const auto middle = merge_buffer_.begin() + (fresh - from);
+      std::merge(merge_buffer_.begin(), middle, middle, merge_buffer_.end(), from, earlier);
+    }
+  }
   std::size_t n = 0;
   while (n < max && head_ + n < keys_.size() && keys_[head_ + n].time_ns < before_ns) ++n;
   return n;

@@ -67,7 +67,8 @@ class ReorderWindow {
   // release in small slices does not move the rest each time.
   std::vector<Key> keys_;
   std::size_t head_ = 0;
-  std::size_t sorted_ = 0;  // keys_[head_, sorted_) is in order from the last release
+  std::size_t sorted_ = 0;         // keys_[head_, sorted_) is in order from the last release
+  std::vector<Key> merge_buffer_;  // settle()'s, kept so that a merge allocates nothing
   std::uint64_t sequence_ = 0;
   std::vector<std::unique_ptr<Chunk>> chunks_;  // every chunk, the one being filled last
   std::vector<Chunk*> free_;                    // emptied chunks, reused first

@@ -165,3 +165,39 @@ TEST_CASE("a release of at most N records goes on where it stopped, in order") {
   CHECK_FALSE(w.release(20, take));
   CHECK(w.held() == 1);
 }
+
+TEST_CASE("rings read in bursts, released in slices: one stable sort of every record") {
+  // Four CPU rings, each in time order, read in bursts of random length and order, released in
+  // slices of random size up to what no ring can still undercut (the oldest ring's last time):
+  // what comes out is every record sorted by time, ties in arrival order.
+  fc::daemon::ReorderWindow w;
+  std::uint64_t seed = 12345;
+  const auto next = [&seed](std::uint64_t n) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (seed >> 33) % n;
+  };
+  std::uint64_t ring_time[4] = {0, 0, 0, 0};
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> held;  // (time, arrival)
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  const auto take = [&](const EventView& v) {
+    out.emplace_back(v.common.timestamp_ns, v.common.conn_id);
+  };
+  std::uint64_t arrival = 0;
+  for (int round = 0; round < 2000; ++round) {
+    const std::size_t ring = next(4);
+    for (std::uint64_t n = next(12); n > 0; --n) {
+      ring_time[ring] += next(3);  // ties within and across rings
+      fc_data_event d = data_record(ring_time[ring], arrival);
+      EventView v{d.c};
+      v.data = &d;
+      w.hold(v);
+      held.emplace_back(ring_time[ring], arrival++);
+    }
+    w.release(*std::min_element(ring_time, ring_time + 4), take, 1 + next(8));
+  }
+  w.release(~0ull, take);
+  std::stable_sort(held.begin(), held.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  REQUIRE(held.size() > 10'000);
+  CHECK(out == held);
+}
