@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
   // Attribution off means probes detached: the Capture object owns every BPF link, so closing
   // it detaches everything; turning attribution on again loads and attaches anew.
   std::unique_ptr<fc::capture::Capture> capture;
-  std::set<pid_t> watched;
+  std::map<pid_t, std::uint64_t> watched;  // with each one's start time: its number may be reused
   // Brokers are searched for every second: every process's /proc entry once a minute (and after
   // each capture opens, whose exec hook saw nothing before), else those that exec'd since.
   const std::string cgroup_searched = cgroup.empty() ? "" : fc::daemon::cgroup_relative(cgroup);
@@ -423,7 +423,7 @@ int main(int argc, char** argv) {
   auto use_broker_log_dirs = [&] {
     std::vector<std::string> dirs;
     std::string origin;
-    for (pid_t pid : watched) {
+    for (const auto& [pid, started] : watched) {
       const auto entry = broker_settings.find(pid);
       if (entry == broker_settings.end() || !entry->second.settings) continue;
       const auto& settings = *entry->second.settings;
@@ -466,30 +466,41 @@ int main(int argc, char** argv) {
       (*service)->set_target_search(finder.sweeps(), finder.processes_read());
     }
     bool changed = false;
+    // Those gone first: a process whose number another one took within the second is gone too,
+    // and its settings with it, before that number is looked at as a new process below.
+    for (auto it = watched.begin(); it != watched.end();) {
+      const pid_t pid = it->first;
+      const auto started = fc::daemon::process_start_time(pid);
+      if (started == it->second) {
+        if (read_broker_settings(pid)) changed = true;  // read on a later try
+        ++it;
+        continue;
+      }
+      capture->remove_target(pid);
+      if (started) {
+        broker_settings.erase(pid);
+        std::fprintf(stderr, "fetchcostd: pid %d exited (its number now another process's)\n", pid);
+      } else {
+        std::fprintf(stderr, "fetchcostd: pid %d exited\n", pid);
+      }
+      it = watched.erase(it);
+      changed = true;
+    }
     for (pid_t pid : wanted) {
-      if (watched.count(pid) || !fc::daemon::process_alive(pid)) continue;
+      if (watched.count(pid)) continue;
+      const auto started = fc::daemon::process_start_time(pid);
+      if (!started) continue;     // exited
       read_broker_settings(pid);  // its listener ports' role is set before its connections are
       auto r = capture->add_target(pid);
       if (!r) {
         std::fprintf(stderr, "fetchcostd: %s\n", r.error().message.c_str());
         continue;
       }
-      watched.insert(pid);
+      watched.emplace(pid, *started);
       changed = true;
       std::fprintf(stderr,
                    "fetchcostd: watching pid %d (%s), %zu TLS libraries, %zu open connections\n",
                    pid, r->comm.c_str(), r->tls.size(), r->existing_connections);
-    }
-    for (auto it = watched.begin(); it != watched.end();) {
-      if (fc::daemon::process_alive(*it)) {
-        if (read_broker_settings(*it)) changed = true;  // read on a later try
-        ++it;
-        continue;
-      }
-      capture->remove_target(*it);
-      std::fprintf(stderr, "fetchcostd: pid %d exited\n", *it);
-      it = watched.erase(it);
-      changed = true;
     }
     std::size_t unread = 0;
     std::string error;

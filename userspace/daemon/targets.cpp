@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 namespace fc::daemon {
 namespace {
@@ -71,6 +73,23 @@ bool process_alive(pid_t pid) {
   return kill(pid, 0) == 0 || errno == EPERM;
 }
 
+std::optional<std::uint64_t> process_start_time(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return std::nullopt;
+  // The fields after the command name, which may hold spaces and parentheses: from the last ')'.
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  for (int n = 3; n <= 22; ++n)  // field 22: starttime
+    if (!(rest >> field)) return std::nullopt;
+  std::uint64_t ticks = 0;
+  const auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), ticks);
+  if (error != std::errc() || end != field.data() + field.size()) return std::nullopt;
+  return ticks;
+}
+
 std::string cgroup_of(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
   std::string line;
@@ -106,27 +125,35 @@ ProcessFinder::ProcessFinder(Matches matches, std::chrono::steady_clock::duratio
 
 std::vector<pid_t> ProcessFinder::find(std::chrono::steady_clock::time_point now,
                                        const std::optional<std::vector<pid_t>>& execs) {
+  const auto keep = [this](pid_t pid) {
+    if (const auto started = process_start_time(pid)) found_[pid] = *started;
+  };
   if (!execs || !last_sweep_ || now - *last_sweep_ >= sweep_interval_) {
     found_.clear();
     for (pid_t pid : list_processes()) {
       ++reads_;
-      if (matches_(pid)) found_.insert(pid);
+      if (matches_(pid)) keep(pid);
     }
     last_sweep_ = now;
     ++sweeps_;
   } else {
-    std::erase_if(found_, [](pid_t pid) { return !process_alive(pid); });
+    // Gone, or its number taken by a process that has not run a program of its own (a fork).
+    std::erase_if(
+        found_, [](const auto& entry) { return process_start_time(entry.first) != entry.second; });
     const pid_t self = getpid();
     for (pid_t pid : *execs) {
       if (pid == self) continue;
       ++reads_;
       if (matches_(pid))
-        found_.insert(pid);
+        keep(pid);
       else
         found_.erase(pid);  // it ran another program
     }
   }
-  return {found_.begin(), found_.end()};
+  std::vector<pid_t> pids;
+  pids.reserve(found_.size());
+  for (const auto& entry : found_) pids.push_back(entry.first);
+  return pids;
 }
 
 }  // namespace fc::daemon

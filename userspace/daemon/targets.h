@@ -7,8 +7,8 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +20,11 @@ std::vector<std::string> command_line(pid_t pid);
 // Whether a process's command line (its arguments joined by spaces) contains `needle`.
 bool command_line_contains(pid_t pid, std::string_view needle);
 bool process_alive(pid_t pid);
+// When a process started (/proc/PID/stat, clock ticks since boot); none when it exited. A
+// process number is reused once its process is gone: the same number with another start time
+// is another process (one started in the same 10 ms tick as a process that lived shorter would
+// pass for it).
+std::optional<std::uint64_t> process_start_time(pid_t pid);
 
 // The cgroup v2 path of a process ("/system.slice/kafka.service"), from /proc/PID/cgroup.
 std::string cgroup_of(pid_t pid);
@@ -34,8 +39,9 @@ bool in_cgroup(pid_t pid, const std::string& relative);
 // them all only on the first call, every `sweep_interval` and whenever the caller cannot say
 // which processes ran a new program. Between sweeps only the processes that exec'd since the
 // last call are read (a launch script execs the broker under its own pid, and a new process
-// runs its program the same way), and those found before are kept while they live. A process
-// forked from a match that never execs is found at the next sweep.
+// runs its program the same way), and those found before are kept while they live (the same
+// number with another start time is another process). A process forked from a match that never
+// execs is found at the next sweep.
 class ProcessFinder {
  public:
   // Whether a process is one to watch (reads its /proc entry; false when it exited).
@@ -53,7 +59,7 @@ class ProcessFinder {
   Matches matches_;
   std::chrono::steady_clock::duration sweep_interval_;
   std::optional<std::chrono::steady_clock::time_point> last_sweep_;
-  std::set<pid_t> found_;
+  std::map<pid_t, std::uint64_t> found_;  // with each one's start time
   std::uint64_t reads_ = 0;
   std::uint64_t sweeps_ = 0;
 };

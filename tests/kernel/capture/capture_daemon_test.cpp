@@ -222,3 +222,51 @@ TEST_CASE("fetchcostd picks up a restarted target by cgroup v2 path") {
   check_restart({"--cgroup", "/" + name}, "unused-marker", dir, false);
   rmdir(dir.c_str());
 }
+
+TEST_CASE("a watched process's number, taken at once by another process, is not watched") {
+  fc::testing::require_root("running fetchcostd and choosing the next process number");
+  const std::string marker = "fc-reuse-marker-" + std::to_string(getpid());
+  const std::string out = "/tmp/fc-daemon-reuse-" + std::to_string(getpid()) + ".log";
+  Daemon d({"--match", marker, "--print-events", "--duration", "10"}, out);
+  REQUIRE(wait_for(out, "capabilities now", 10000));
+  const pid_t first = fork();
+  REQUIRE(first >= 0);
+  if (first == 0) {
+    execl("/usr/bin/python3", "python3", "-c", "import time; time.sleep(30)", marker.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  REQUIRE(wait_for(out, "watching pid " + std::to_string(first) + " ", 5000));
+  kill(first, SIGKILL);
+  int status = 0;
+  REQUIRE(waitpid(first, &status, 0) == first);
+  // Its number goes to the next process forked here (the kernel hands out ns_last_pid + 1),
+  // which runs the loopback workload without the marker: within the second fetchcostd looks
+  // again, so the number is alive when it does.
+  pid_t second = -1;
+  for (int attempt = 0; attempt < 20 && second != first; ++attempt) {
+    {
+      std::ofstream last("/proc/sys/kernel/ns_last_pid");
+      last << first - 1 << std::flush;
+      REQUIRE(last.good());
+    }
+    second = fork();
+    REQUIRE(second >= 0);
+    if (second == 0) {
+      if (getpid() != first) _exit(0);  // another process took the number first: try again
+      execl("/usr/bin/python3", "python3", "-c", kWorkload, static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    if (second != first) waitpid(second, &status, 0);
+  }
+  REQUIRE(second == first);
+  REQUIRE(waitpid(second, &status, 0) == second);
+  CHECK(WEXITSTATUS(status) == 0);
+  const std::string log = d.wait_output();
+  const std::string pid = std::to_string(first);
+  CHECK(log.find("pid " + pid + " exited (its number now another process's)") != std::string::npos);
+  // The other process's loopback connection and its 100 bytes were not captured.
+  CHECK(log.find("connect pid=" + pid + " ") == std::string::npos);
+  CHECK(log.find("data pid=" + pid + " ") == std::string::npos);
+  std::filesystem::remove(out);
+}

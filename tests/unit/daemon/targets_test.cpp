@@ -1,16 +1,19 @@
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <set>
 #include <string>
 #include <thread>
 
 #include "base/result.h"
 #include "daemon/targets.h"
+#include "testing.h"
 
 namespace {
 
@@ -78,6 +81,7 @@ struct LateExec {
   }
   ~LateExec() {
     close(go);
+    if (pid <= 0) return;  // reaped by the test (kill(-1) would signal every process)
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
   }
@@ -148,6 +152,81 @@ TEST_CASE("one named as exec'd that no longer matches is dropped; one not named 
   CHECK(finder.find(t0 + std::chrono::seconds(2), std::vector<pid_t>{a.pid}).empty());
   CHECK(finder.find(t0 + std::chrono::seconds(60), std::vector<pid_t>{}) ==
         std::vector<pid_t>{b.pid});
+}
+
+TEST_CASE("a process's start time is read past a command name of spaces and parentheses") {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(fds[1]);
+    char byte;
+    if (read(fds[0], &byte, 1) != 1) _exit(3);
+    prctl(PR_SET_NAME, "x) S 1 2 3 4");  // what a parser stopping at the first ')' misreads
+    pause();
+    _exit(0);
+  }
+  close(fds[0]);
+  const auto before = fc::daemon::process_start_time(child);
+  REQUIRE(before.has_value());
+  const auto own = fc::daemon::process_start_time(getpid());
+  REQUIRE(own.has_value());
+  CHECK(*before >= *own);  // forked after this process started
+  REQUIRE(write(fds[1], "r", 1) == 1);
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream comm("/proc/" + std::to_string(child) + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name == "x) S 1 2 3 4") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(fc::daemon::process_start_time(child) == before);  // renamed, the same process
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(fds[1]);
+  CHECK_FALSE(fc::daemon::process_start_time(child).has_value());
+}
+
+TEST_CASE("a found process's number, taken by a fork that runs no program, is dropped") {
+  // The kernel gives the next process ns_last_pid + 1: choosing it takes root.
+  if (geteuid() != 0) {
+    REQUIRE_FALSE_MESSAGE(fc::testing::running_in_ci(), "needs root to set ns_last_pid");
+    MESSAGE("skipped: needs root to set ns_last_pid");
+    return;
+  }
+  LateExec found("unused");
+  std::set<pid_t> matching{found.pid};
+  fc::daemon::ProcessFinder finder([&](pid_t pid) { return matching.count(pid) > 0; },
+                                   std::chrono::minutes(1));
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(finder.find(t0, std::nullopt) == std::vector<pid_t>{found.pid});
+  const pid_t number = found.pid;
+  // Start times count clock ticks (10 ms): the one before must not have started in the tick
+  // its number is taken again (a broker never lives that short).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(number, SIGKILL);
+  waitpid(number, nullptr, 0);
+  found.pid = -1;
+  pid_t other = -1;
+  for (int attempt = 0; attempt < 20 && other != number; ++attempt) {
+    {
+      std::ofstream last("/proc/sys/kernel/ns_last_pid");
+      last << number - 1 << std::flush;
+      REQUIRE(last.good());
+    }
+    other = fork();
+    REQUIRE(other >= 0);
+    if (other == 0) {
+      if (getpid() == number) pause();  // runs no program: no exec names it
+      _exit(0);
+    }
+    if (other != number) waitpid(other, nullptr, 0);
+  }
+  REQUIRE(other == number);
+  CHECK(finder.find(t0 + std::chrono::seconds(1), std::vector<pid_t>{}).empty());
+  kill(other, SIGKILL);
+  waitpid(other, nullptr, 0);
 }
 
 TEST_CASE("Result carries a value or an error message") {
