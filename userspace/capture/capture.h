@@ -226,6 +226,9 @@ struct Status {
   // most at once, and the limit, past which the rings fill and drop).
   std::size_t spool_bytes = 0, spool_peak_bytes = 0, spool_limit_bytes = 0;
   std::uint64_t reader_passes = 0;  // the reader's passes that moved records (one drain pass each)
+  // poll() calls that waited for records in vain and found the rings empty: no pass asked of
+  // the reader (an idle capture's, mostly).
+  std::uint64_t idle_polls = 0;
   // Options::drain_yields: the drain yields (it has been made SCHED_IDLE), is at SCHED_IDLE now,
   // and how often the reader made it a normal thread again; why it does not yield, if asked to.
   bool drain_yields = false;

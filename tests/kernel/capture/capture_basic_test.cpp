@@ -152,6 +152,35 @@ TEST_CASE("a target's socket write arrives with its pid, tid, comm and bytes; ot
   CHECK(totals.events >= 2);
 }
 
+TEST_CASE(
+    "a poll that finds the rings empty asks the reader for no pass; one that does not, does") {
+  fc::testing::require_root("loading BPF programs");
+  REQUIRE_MESSAGE(fc::capture::check_environment().ok(), "environment check failed");
+  std::vector<std::string> sent;
+  auto capture = fc::capture::Capture::open({.ring_bytes_per_cpu = 1 << 20}, [&](const auto& ev) {
+    if (ev.data && ev.common.kind == FC_EVENT_DATA && ev.data->direction == FC_DIR_SEND)
+      sent.emplace_back(ev.payload.begin(), ev.payload.end());
+  });
+  REQUIRE_MESSAGE(capture.ok(), (capture.ok() ? "" : capture.error().message));
+  int go, tid_fd;
+  const std::string message = "fetchcost kernel test: in the ring when poll is called";
+  const pid_t target = spawn_sender("fc-poll-io", message, go, tid_fd);
+  REQUIRE((*capture)->add_target(target).ok());
+
+  // Nothing in the rings: each poll waits its 10 ms and returns without a pass of the reader.
+  const std::uint64_t idle_before = (*capture)->status().idle_polls;
+  for (int i = 0; i < 20; ++i) REQUIRE((*capture)->poll(10).ok());
+  CHECK((*capture)->status().idle_polls - idle_before >= 18);
+
+  // Records far below the wakeup mark, in the rings when poll(0) is called: that one poll
+  // hands them over (the reader's pass it asks for, or its own 100 ms pass if that came first).
+  run_sender(go, tid_fd, target);
+  const std::uint64_t idle_sent = (*capture)->status().idle_polls;
+  REQUIRE((*capture)->poll(0).ok());
+  CHECK(std::count(sent.begin(), sent.end(), message) == 1);
+  CHECK((*capture)->status().idle_polls == idle_sent);
+}
+
 // The programs test only a process's target bit, so add_target is what keeps fetchcostd's own
 // socket calls out of its capture.
 TEST_CASE("fetchcostd's own process is refused as a target, and its socket calls stay silent") {
