@@ -2,11 +2,13 @@
 #include "testing.h"
 
 #include <doctest/doctest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 namespace fc::testing {
 
@@ -23,6 +25,25 @@ void require_root(const std::string& why) {
   }
   std::fprintf(stderr, "SKIP: %s needs root\n", why.c_str());
   std::exit(77);
+}
+
+pid_t fork_with_number(pid_t number, const std::function<void()>& child) {
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    {
+      std::ofstream last("/proc/sys/kernel/ns_last_pid");
+      last << number - 1 << std::flush;
+      if (!last) return -1;
+    }
+    const pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+      if (getpid() == number) child();
+      _exit(0);  // another process took the number first: the parent tries again
+    }
+    if (pid == number) return pid;
+    waitpid(pid, nullptr, 0);
+  }
+  return -1;
 }
 
 }  // namespace fc::testing

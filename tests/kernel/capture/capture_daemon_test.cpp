@@ -243,22 +243,9 @@ TEST_CASE("a watched process's number, taken at once by another process, is not 
   // Its number goes to the next process forked here (the kernel hands out ns_last_pid + 1),
   // which runs the loopback workload without the marker: within the second fetchcostd looks
   // again, so the number is alive when it does.
-  pid_t second = -1;
-  for (int attempt = 0; attempt < 20 && second != first; ++attempt) {
-    {
-      std::ofstream last("/proc/sys/kernel/ns_last_pid");
-      last << first - 1 << std::flush;
-      REQUIRE(last.good());
-    }
-    second = fork();
-    REQUIRE(second >= 0);
-    if (second == 0) {
-      if (getpid() != first) _exit(0);  // another process took the number first: try again
-      execl("/usr/bin/python3", "python3", "-c", kWorkload, static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    if (second != first) waitpid(second, &status, 0);
-  }
+  const pid_t second = fc::testing::fork_with_number(first, [] {
+    execl("/usr/bin/python3", "python3", "-c", kWorkload, static_cast<char*>(nullptr));
+  });
   REQUIRE(second == first);
   REQUIRE(waitpid(second, &status, 0) == second);
   CHECK(WEXITSTATUS(status) == 0);

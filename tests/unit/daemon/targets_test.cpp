@@ -208,21 +208,7 @@ TEST_CASE("a found process's number, taken by a fork that runs no program, is dr
   kill(number, SIGKILL);
   waitpid(number, nullptr, 0);
   found.pid = -1;
-  pid_t other = -1;
-  for (int attempt = 0; attempt < 20 && other != number; ++attempt) {
-    {
-      std::ofstream last("/proc/sys/kernel/ns_last_pid");
-      last << number - 1 << std::flush;
-      REQUIRE(last.good());
-    }
-    other = fork();
-    REQUIRE(other >= 0);
-    if (other == 0) {
-      if (getpid() == number) pause();  // runs no program: no exec names it
-      _exit(0);
-    }
-    if (other != number) waitpid(other, nullptr, 0);
-  }
+  const pid_t other = fc::testing::fork_with_number(number, [] { pause(); });  // no exec
   REQUIRE(other == number);
   CHECK(finder.find(t0 + std::chrono::seconds(1), std::vector<pid_t>{}).empty());
   kill(other, SIGKILL);
