@@ -466,11 +466,16 @@ int main(int argc, char** argv) {
       (*service)->set_target_search(finder.sweeps(), finder.processes_read());
     }
     bool changed = false;
+    // A process's start time: the one the finder read this second, when it found the process.
+    auto start_time = [&](pid_t pid) {
+      const auto found = pids.empty() ? finder.start_time(pid) : std::nullopt;
+      return found ? found : fc::daemon::process_start_time(pid);
+    };
     // Those gone first: a process whose number another one took within the second is gone too,
     // and its settings with it, before that number is looked at as a new process below.
     for (auto it = watched.begin(); it != watched.end();) {
       const pid_t pid = it->first;
-      const auto started = fc::daemon::process_start_time(pid);
+      const auto started = start_time(pid);
       if (started == it->second) {
         if (read_broker_settings(pid)) changed = true;  // read on a later try
         ++it;
@@ -488,7 +493,7 @@ int main(int argc, char** argv) {
     }
     for (pid_t pid : wanted) {
       if (watched.count(pid)) continue;
-      const auto started = fc::daemon::process_start_time(pid);
+      const auto started = start_time(pid);
       if (!started) continue;     // exited
       read_broker_settings(pid);  // its listener ports' role is set before its connections are
       auto r = capture->add_target(pid);

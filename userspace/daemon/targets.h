@@ -51,6 +51,13 @@ class ProcessFinder {
   // exec hook); nullopt when unknown, which sweeps.
   std::vector<pid_t> find(std::chrono::steady_clock::time_point now,
                           const std::optional<std::vector<pid_t>>& execs);
+  // The start time the last call read for a process it returned (process_start_time); nullopt
+  // for one it did not return.
+  std::optional<std::uint64_t> start_time(pid_t pid) const {
+    const auto found = found_.find(pid);
+    if (found == found_.end()) return std::nullopt;
+    return found->second;
+  }
   // Processes read in all, and sweeps among the calls.
   std::uint64_t processes_read() const { return reads_; }
   std::uint64_t sweeps() const { return sweeps_; }
