@@ -217,11 +217,11 @@ struct {
   __type(value, struct gather_slot);
 } gather_slots SEC(".maps");
 
-/* Quiet fetches (sock variant): a connection's sessionless Fetch request waits here, as the
- * record it would have been (its whole header, one segment), from its arrival to its response's
- * first send, which decides whether it leaves or is left out. Indexed as gather_slots (by the
- * connection's id, two probes) and as many; a request that finds both busy gets its record at
- * once. A request larger than FC_HELD_BYTES is never held. */
+/* Quiet fetches (sock variant): a connection's Fetch request that may be left out waits here,
+ * as the record it would have been (its whole header, one segment), from its arrival to its
+ * response's first send, which decides whether it leaves or is left out. Indexed as gather_slots
+ * (by the connection's id, two probes) and as many; a request that finds both busy gets its record
+ * at once. A request larger than FC_HELD_BYTES is never held. */
 #define FC_HELD_BYTES 512
 #define FC_REQUEST_SLOTS 1024
 #define FC_HELD_WORDS (FC_REQUEST_SLOTS / 64)
@@ -1142,8 +1142,8 @@ static __always_inline int fold_continuation(struct conn_state* st, __u32 ret) {
 /* A consumer's fetch answered from local segments costs the broker three socket calls, and
  * recording it two ring records (its request; its gathered response): about 0.7 us of the
  * programs' 2 us per 1 KiB fetch (docs/performance.md, "Session 26"). Attribution only needs
- * the fetches whose window holds an object-store GET. So a sessionless Fetch request (no
- * session state in userspace depends on seeing it) waits in a request slot, listed in
+ * the fetches whose window holds an object-store GET. So a Fetch request that no fetch-session
+ * state in userspace depends on seeing (quiet_candidate) waits in a request slot, listed in
  * held_bits. Any send of a target on a connection that is not a Kafka client's (a GET among
  * them) reports every listed request first, so their records come before the GET's. A request
  * still held when its response starts had no such send in its window: it and its response are
@@ -1152,13 +1152,16 @@ static __always_inline int fold_continuation(struct conn_state* st, __u32 ret) {
 enum held_request {
   HELD_NONE = 0,
   HELD_PREFIX = 1, /* a 4-byte size prefix alone (a JVM broker reads it first, then the rest) */
-  HELD_WHOLE = 2,  /* a whole sessionless Fetch request, listed in held_bits */
+  HELD_WHOLE = 2,  /* a whole Fetch request that may be left out, listed in held_bits */
 };
 
-/* 1 if d[0..n) is exactly one whole Fetch request that opens no session and continues none:
- * a version before sessions (v7), or session id 0 and epoch -1 (as librdkafka and kafkajs
- * send). Incremental fetches list only what changed: userspace must see every one of them. */
-static __always_inline int sessionless_fetch(const __u8* d, __u32 n) {
+/* 1 if d[0..n) is exactly one whole Fetch request whose absence userspace's fetch sessions
+ * cannot notice: a version before sessions (v7); session id 0 and epoch -1 (as librdkafka and
+ * kafkajs send); or an incremental fetch (a session id and epoch > 0, as the Java client sends)
+ * that lists no topic and forgets none, so its session's partitions and offsets stay as they
+ * were (a consumer whose positions did not move). An incremental fetch that lists a partition
+ * changes its session; one that opens or closes a session changes the set: those are recorded. */
+static __always_inline int quiet_candidate(const __u8* d, __u32 n) {
   if (n < 26 || n > FC_HELD_BYTES) return 0;
   if (bpf_ntohl(*(const __u32*)d) + 4 != n || d[4] != 0 || d[5] != 1) return 0;
   __u32 version = ((__u32)d[6] << 8) | d[7];
@@ -1174,11 +1177,19 @@ static __always_inline int sessionless_fetch(const __u8* d, __u32 n) {
   }
   if (version < 15) off += 4; /* replica_id */
   off += 4 + 4 + 4 + 1;       /* max_wait_ms, min_bytes, max_bytes, isolation_level */
-  if (off + 8 > n) return 0;
+  /* session_id, session_epoch, then the topics' and the forgotten topics' counts: two int32s
+   * (0 and 0), or from v12 two unsigned varints of count + 1 (1 and 1) */
+  const __u32 counts = version >= 12 ? 2 : 8;
+  if (off + 8 + counts > n) return 0;
   off &= FC_HELD_BYTES - 1; /* < n: changes nothing, bounds the reads */
-  const __u8* id = d + off; /* session_id 0, then session_epoch -1 */
-  return id[0] == 0 && id[1] == 0 && id[2] == 0 && id[3] == 0 && id[4] == 0xff && id[5] == 0xff &&
-         id[6] == 0xff && id[7] == 0xff;
+  const __u8* id = d + off;
+  const __u32 session = ((__u32)id[0] << 24) | ((__u32)id[1] << 16) | ((__u32)id[2] << 8) | id[3];
+  const __u32 epoch = ((__u32)id[4] << 24) | ((__u32)id[5] << 16) | ((__u32)id[6] << 8) | id[7];
+  if (session == 0) return epoch == 0xffffffff;
+  if (epoch == 0 || epoch >= 0x80000000) return 0; /* epoch 0 or -1: opens or closes */
+  const __u8* c = id + 8;
+  if (version >= 12) return c[0] == 1 && c[1] == 1;
+  return (c[0] | c[1] | c[2] | c[3] | c[4] | c[5] | c[6] | c[7]) == 0;
 }
 
 static __always_inline void free_request_slot(struct request_slot* s) {
@@ -1295,8 +1306,9 @@ static __always_inline int end_hold(struct conn_state* st, int report) {
 }
 
 /* A receive of `ret` bytes at stream position `pos`, whose first `want` are at `buf`: held
- * (returns 1, no record now) if it is a whole sessionless Fetch request, or the size prefix of
- * one. A whole request of another kind that was read into a slot leaves from there. */
+ * (returns 1, no record now) if it is a whole Fetch request that may be left out
+ * (quiet_candidate), or the size prefix of one. A whole request of another kind that was read
+ * into a slot leaves from there. */
 static __always_inline int hold_request(struct conn_state* st, struct sock* sk, __u8 src, __u64 pos,
                                         __u32 ret, __u32 want, __u64 buf, __u64 pid_tgid,
                                         struct task_struct* task) {
@@ -1353,7 +1365,7 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
   st->req_held = HELD_NONE;
   /* Holds paused (the rest of a size prefix: one record, as a held request's), or another
    * request read whole: its record, from here. */
-  if (record_now || !sessionless_fetch(s->data, n)) {
+  if (record_now || !quiet_candidate(s->data, n)) {
     report_held(s); /* OWNED, never listed: no store send can have taken it */
     free_request_slot(s);
     return 1;

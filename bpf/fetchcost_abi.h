@@ -41,7 +41,9 @@
  *        and so does every send of a response that finds no free gather slot (a slot holds
  *        a response's sends while it is in flight; FC_COUNTER_GATHER_NO_SLOT).
  *        Quiet fetches (sock variant, Kafka client connections, cfg_skip_quiet_fetches): a
- *        sessionless Fetch request (session id 0 and epoch -1, or a version before sessions) of
+ *        Fetch request without a session (session id 0 and epoch -1, or a version before
+ *        sessions), or an incremental one that lists no topic and forgets none (a session id,
+ *        epoch > 0, empty topics and forgotten topics: its session stays as it was), of
  *        at most 512 bytes that arrives whole in one receive (or its 4-byte size prefix, then
  *        the rest, as a JVM broker reads it) is held in a request slot instead of a record. A
  *        send of a target on any connection that is not a Kafka client's (an object-store GET,

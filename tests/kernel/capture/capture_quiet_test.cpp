@@ -33,10 +33,13 @@ void put64(std::string& s, std::uint64_t v) {
   put32(s, std::uint32_t(v));
 }
 
-// A Fetch request as a consumer writes it, of one partition: a version before sessions (4), or
-// v11 with the session id and epoch given (0 and -1: sessionless, as librdkafka sends).
+// A Fetch request as a consumer writes it, of one partition: a version before sessions (4), v11,
+// or a flexible version (12 and later: compact arrays, tagged fields), with the session id and
+// epoch given (0 and -1: sessionless, as librdkafka sends). Without `lists` it lists no topic, as
+// a Java consumer's incremental fetch does when none of its positions moved.
 std::string fetch_request(std::int16_t version, std::int32_t correlation, std::int32_t session_id,
-                          std::int32_t epoch) {
+                          std::int32_t epoch, bool lists = true) {
+  const bool flexible = version >= 12;
   std::string b;
   put16(b, 1);
   put16(b, std::uint16_t(version));
@@ -44,27 +47,43 @@ std::string fetch_request(std::int16_t version, std::int32_t correlation, std::i
   const std::string client = "quiet-consumer";
   put16(b, std::uint16_t(client.size()));
   b += client;
-  put32(b, 0xffffffffu);  // replica_id -1
-  put32(b, 500);          // max_wait_ms
-  put32(b, 1);            // min_bytes
-  put32(b, 52428800);     // max_bytes
-  b.push_back(0);         // isolation_level
+  if (flexible) b.push_back(0);             // header tagged fields
+  if (version < 15) put32(b, 0xffffffffu);  // replica_id -1
+  put32(b, 500);                            // max_wait_ms
+  put32(b, 1);                              // min_bytes
+  put32(b, 52428800);                       // max_bytes
+  b.push_back(0);                           // isolation_level
   if (version >= 7) {
     put32(b, std::uint32_t(session_id));
     put32(b, std::uint32_t(epoch));
   }
-  put32(b, 1);  // topics
-  const std::string topic = "orders";
-  put16(b, std::uint16_t(topic.size()));
-  b += topic;
-  put32(b, 1);                              // partitions
-  put32(b, 0);                              // partition
-  if (version >= 9) put32(b, 0xffffffffu);  // current_leader_epoch
-  put64(b, 4242);                           // fetch_offset
-  if (version >= 5) put64(b, 0);            // log_start_offset
-  put32(b, 1048576);                        // partition_max_bytes
-  if (version >= 7) put32(b, 0);            // forgotten_topics_data
-  if (version >= 11) put16(b, 0);           // rack_id ""
+  // An array's count: int32, or from v12 an unsigned varint of count + 1 (all below 128 here).
+  auto count = [&](std::uint32_t n) { flexible ? b.push_back(char(n + 1)) : put32(b, n); };
+  count(lists ? 1 : 0);  // topics
+  if (lists) {
+    const std::string topic = "orders";
+    if (version >= 13) {
+      b += std::string(16, '\x07');  // topic id
+    } else {
+      flexible ? b.push_back(char(topic.size() + 1)) : put16(b, std::uint16_t(topic.size()));
+      b += topic;
+    }
+    count(1);                                 // partitions
+    put32(b, 0);                              // partition
+    if (version >= 9) put32(b, 0xffffffffu);  // current_leader_epoch
+    put64(b, 4242);                           // fetch_offset
+    if (flexible) put32(b, 0xffffffffu);      // last_fetched_epoch
+    if (version >= 5) put64(b, 0);            // log_start_offset
+    put32(b, 1048576);                        // partition_max_bytes
+    if (flexible) b += std::string(2, '\0');  // the partition's and the topic's tagged fields
+  }
+  if (version >= 7) count(0);  // forgotten_topics_data
+  if (flexible) {
+    b.push_back(1);  // rack_id ""
+    b.push_back(0);  // tagged fields
+  } else if (version >= 11) {
+    put16(b, 0);  // rack_id ""
+  }
   std::string framed;
   put32(framed, std::uint32_t(b.size()));
   return framed + b;
@@ -175,9 +194,19 @@ std::vector<Exchange> exchanges() {
       {other_request(5), false, false, response(40, 0, 50)},                // not a fetch
       {fetch_request(11, 6, 0, -1), true, false, response(24, 700, 60)},    // quiet, read split
       {fetch_request(11, 7, 0, -1), false, true, response(24, 0, 70)},      // a GET in between
+      // A Java consumer's incremental fetches whose positions did not move (they list no
+      // topic) are quiet too; ones that list a partition, open or close a session are not.
+      {fetch_request(11, 10, 5, 4, false), false, false, response(30, 0, 100)},   // quiet
+      {fetch_request(12, 11, 5, 5, false), true, false, response(30, 0, 110)},    // quiet, split
+      {fetch_request(17, 12, 5, 6, false), false, true, response(30, 900, 120)},  // a GET
+      {fetch_request(17, 13, 5, 7), false, false, response(30, 800, 130)},  // lists a partition
+      {fetch_request(12, 14, 5, 8), false, false, response(30, 0, 140)},    // lists a partition
+      {fetch_request(17, 15, 5, -1, false), false, false, response(30, 0, 150)},  // closes it
+      {fetch_request(13, 16, 0, 0), false, false, response(30, 0, 160)},          // opens a session
   });
 }
-const bool kQuiet[] = {true, true, false, false, false, true, false};
+const bool kQuiet[] = {true, true, false, false, false, true,  false,
+                       true, true, false, false, false, false, false};
 
 // Then a client that pipelines: two sessionless fetches read before either is answered. The
 // first is held, the second's arrival reports it; the first's answer (its correlation id is not
@@ -416,8 +445,8 @@ TEST_CASE("quiet fetches are left out whole; a store send reports the held reque
     }
     if (r.common.conn_id == store && r.data.direction == FC_DIR_SEND) get_at.push_back(i);
   }
-  REQUIRE(request_records.size() == 6);  // exchanges 3, 4, 5 and 7; the two pipelined
-  REQUIRE(get_at.size() == 2);
+  REQUIRE(request_records.size() == 11);  // exchanges 3, 4, 5, 7, 10-14; the two pipelined
+  REQUIRE(get_at.size() == 3);
   CHECK(request_records[0]->payload == all[2].request);
   CHECK(request_records[0]->data.c.skipped_before == skipped_requests[0]);
   CHECK(request_at[0] < get_at[0]);
@@ -426,9 +455,13 @@ TEST_CASE("quiet fetches are left out whole; a store send reports the held reque
   CHECK(request_records[3]->payload == all[6].request);
   CHECK(request_records[3]->data.c.skipped_before == skipped_requests[1]);
   CHECK(request_at[3] < get_at[1]);
-  CHECK(request_records[4]->payload == pipelined()[0].request);
-  CHECK(request_records[5]->payload == pipelined()[1].request);
-  CHECK(col.capture->totals().quiet_fetches == 3);
+  CHECK(request_records[4]->payload == all[9].request);
+  CHECK(request_records[4]->data.c.skipped_before == skipped_requests[2]);
+  CHECK(request_at[4] < get_at[2]);
+  for (std::size_t i = 5; i < 9; ++i) CHECK(request_records[i]->payload == all[i + 5].request);
+  CHECK(request_records[9]->payload == pipelined()[0].request);
+  CHECK(request_records[10]->payload == pipelined()[1].request);
+  CHECK(col.capture->totals().quiet_fetches == 5);
 
   // The close reports every byte, the quiet fetches' included.
   bool closed = false;

@@ -233,6 +233,31 @@ TEST_CASE("pipelined incremental fetches carry a session at most max_session_par
   CHECK(conn.decoder.counters().parse_errors == 0);
 }
 
+TEST_CASE("an incremental fetch that lists nothing, left out whole, leaves its session as it was") {
+  // The capture leaves out such a fetch when no GET went out in its window (a Java consumer
+  // whose positions did not move): its request and response come as runs left out. The next
+  // incremental request must still carry the session's other partitions, decoded in step.
+  SessionConnection conn(6, {});
+  conn.incremental(1, true);  // lists partition 0, carries 5
+  const auto unchanged = fc::testing::fetch_request(13, conn.correlation, 0, {7, conn.correlation});
+  const auto answer = fc::testing::fetch_response(13, conn.correlation++, 0, 7);
+  REQUIRE(answer.captured.size() == 1);  // no partition: no records hole
+  conn.feed.decoder.skip(1, Direction::kRequest, conn.feed.time++, conn.feed.request_pos,
+                         unchanged.size());
+  conn.feed.request_pos += unchanged.size();
+  conn.feed.decoder.skip(1, Direction::kResponse, conn.feed.time++, conn.feed.response_pos,
+                         answer.captured[0].size());
+  conn.feed.response_pos += answer.captured[0].size();
+  conn.incremental(1, true);
+  REQUIRE(conn.sink.carried.size() == 3);  // the full fetch and the two seen
+  CHECK(conn.sink.carried.back() == 5);
+  CHECK(conn.sink.exchanges == 3);
+  CHECK(conn.decoder.counters().left_out_runs == 2);
+  CHECK(conn.decoder.counters().session_misses == 0);
+  CHECK(conn.decoder.counters().resyncs == 0);
+  CHECK(conn.decoder.counters().parse_errors == 0);
+}
+
 TEST_CASE("a recycled exchange does not keep a large session's memory") {
   // 50 requests in flight carry a 2,000-partition session each (5.6 MB); once answered, their
   // exchanges are recycled for the connection's next requests and must give that memory back.
