@@ -108,11 +108,12 @@ struct Options {
   // a capture opened again later finds it held). Timing costs each run two clock reads
   // (docs/performance.md, "Session 29" in "Capture (BPF)").
   bool program_stats = false;
-  // Leave out quiet fetches (sock variant; fetchcost_abi.h, "Quiet fetches"): a sessionless
-  // Fetch request is held in a slot until its response starts; if the broker made no send on a
-  // connection other than a Kafka client's meanwhile (no GET can belong to it), neither it nor
-  // its response gets a record, and the records after them report their bytes, delivered as
-  // EventView::skipped stand-ins. Any such send reports the requests held first.
+  // Leave out quiet fetches (sock variant; fetchcost_abi.h, "Quiet fetches"): a Fetch request
+  // no session state depends on (sessionless, or incremental and listing nothing) is held in a slot
+  // until its response starts; if the broker made no send on a connection other than a Kafka
+  // client's meanwhile (no GET can belong to it), neither it nor its response gets a record, and
+  // the records after them report their bytes, delivered as EventView::skipped stand-ins. Any such
+  // send reports the requests held first.
   bool skip_quiet_fetches = false;
   // Processes that exec'd kept between two take_execs() calls (a hash map of 4-byte keys in
   // kernel memory); more in between, and take_execs() says some are missing.

@@ -168,8 +168,9 @@ int main(int argc, char** argv) {
                "Have the kernel time the BPF programs' runs while fetchcostd runs "
                "(fetchcost_bpf_program_* metrics; two clock reads per run)");
   app.add_option("--skip-quiet-fetches", skip_quiet_fetches,
-                 "Leave out sessionless fetches answered while the broker made no object-store "
-                 "call (no GET can belong to them): no records for them (true or false)")
+                 "Leave out fetches answered while the broker made no object-store call (no GET "
+                 "can belong to them), sessionless or incremental ones that change no fetch "
+                 "session: no records for them (true or false)")
       ->capture_default_str();
   app.add_option("--capture-variant", variant,
                  "Socket hooks: auto, sock-tracepoints (Linux >= 6.3), syscall-tracepoints (exit "

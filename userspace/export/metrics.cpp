@@ -208,8 +208,9 @@ void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
          std::uint64_t{stats.approx_memory_bytes});
   single(w, "fetchcost_events_total", "Capture events handled", Type::kCounter, self.events);
   single(w, "fetchcost_quiet_fetches_total",
-         "Fetches the capture left out whole (capture.skip_quiet_fetches): sessionless, answered "
-         "while the broker made no object-store call, so no remote read can belong to them",
+         "Fetches the capture left out whole (capture.skip_quiet_fetches): sessionless, or "
+         "incremental and changing no fetch session, answered while the broker made no "
+         "object-store call, so no remote read can belong to them",
          Type::kCounter, self.quiet_fetches);
   single(w, "fetchcost_quiet_fetch_pauses_total",
          "Times a connection's requests stopped waiting for the quiet-fetch test: object-store "
