@@ -57,6 +57,7 @@ struct PendingFetch {
   std::vector<PendingPartition> parts;
   std::vector<std::uint32_t> reader_threads;  // threads tied to this fetch
   std::uint32_t started_reads = 0;            // GETs matched to it when they started, not done
+  std::uint32_t open_leftovers = 0;  // buckets whose `open` still lists it, answered (Bucket)
 };
 
 using FetchList = std::list<PendingFetch>;
@@ -80,9 +81,16 @@ std::uint64_t after(std::uint64_t t, std::uint64_t d) {
 // late, but only a read that started before the answer can take one, so a read looks at the
 // newest few of them instead of walking a busy partition's last seconds of fetches. Deques:
 // fetches mostly finish oldest first, and leave from the front.
+// An answered fetch leaves `open` lazily: at once from its front, else when it reaches the front
+// or when leftovers are half of it (a pass that keeps the rest in order). Fetches are answered in
+// another order than they came (remote ones after local ones that came later), and an erase from
+// the middle moved a deque's elements for each of a fetch's partitions: a third of attribution's
+// instructions with Java clients' sessions of 100 partitions (docs/performance.md, "Session 53"
+// in "Attribution at high GET rates"). Walks of `open` skip answered fetches.
 struct Bucket {
-  std::deque<FetchIt> open;      // not answered yet, in arrival order
-  std::deque<FetchIt> answered;  // in answered_ns order
+  std::deque<FetchIt> open;        // in arrival order: not answered yet, and leftovers
+  std::size_t open_leftovers = 0;  // entries of `open` whose fetch is answered
+  std::deque<FetchIt> answered;    // in answered_ns order
 };
 
 // (topic or topic id, partition), looked up by a view: a lookup allocates nothing.
@@ -233,15 +241,37 @@ struct Attributor::Impl {
   // that answers 5,000 remote fetches/s (answered ones are kept 2 s).
   static void remove(std::deque<FetchIt>& fetches_of, FetchIt fetch) {
     auto it = std::find(fetches_of.begin(), fetches_of.end(), fetch);
-    if (it != fetches_of.end()) fetches_of.erase(it);
+    if (it == fetches_of.begin() && it != fetches_of.end())
+      fetches_of.pop_front();  // the common case, without erase's general path
+    else if (it != fetches_of.end())
+      fetches_of.erase(it);
   }
 
-  // The fetch was answered (answered_ns set): from its partitions' open lists to their answered
-  // ones, kept in answered_ns order (answers come nearly in order: the place is found from the
-  // back).
+  // Takes the answered fetches at the front of the bucket's open list off it, and every one of
+  // them once they are half of it.
+  static void trim_open(Bucket& bucket) {
+    auto& open = bucket.open;
+    for (; !open.empty() && open.front()->answered_ns != 0; --bucket.open_leftovers) {
+      --open.front()->open_leftovers;
+      open.pop_front();
+    }
+    if (bucket.open_leftovers * 2 <= open.size()) return;
+    std::erase_if(open, [](FetchIt f) {
+      if (f->answered_ns == 0) return false;
+      --f->open_leftovers;
+      return true;
+    });
+    bucket.open_leftovers = 0;
+  }
+
+  // The fetch was answered (answered_ns set): from its partitions' open lists (lazily: Bucket)
+  // to their answered ones, kept in answered_ns order (answers come nearly in order: the place
+  // is found from the back).
   void index_answered(FetchIt fetch) {
     for_each_bucket(*fetch, [&](Bucket& bucket, const std::string&, std::int32_t) {
-      remove(bucket.open, fetch);
+      ++fetch->open_leftovers;
+      ++bucket.open_leftovers;
+      trim_open(bucket);
       auto& answered = bucket.answered;
       auto at = answered.end();
       while (at != answered.begin() && (*std::prev(at))->answered_ns > fetch->answered_ns) --at;
@@ -262,7 +292,19 @@ struct Attributor::Impl {
   void unindex(FetchIt fetch) {
     unindex_request(fetch);
     for_each_bucket(*fetch, [&](Bucket& bucket, const std::string& name, std::int32_t partition) {
-      remove(fetch->answered_ns ? bucket.answered : bucket.open, fetch);
+      if (fetch->answered_ns == 0) {
+        remove(bucket.open, fetch);
+      } else {
+        remove(bucket.answered, fetch);
+        if (fetch->open_leftovers != 0) {  // still behind an older fetch waiting for its answer
+          auto it = std::find(bucket.open.begin(), bucket.open.end(), fetch);
+          if (it != bucket.open.end()) {
+            bucket.open.erase(it);
+            --bucket.open_leftovers;
+            --fetch->open_leftovers;
+          }
+        }
+      }
       if (!bucket.open.empty() || !bucket.answered.empty()) return;
       if (auto it = by_partition.find(PartitionView{name, partition}); it != by_partition.end())
         by_partition.erase(it);
@@ -558,8 +600,9 @@ struct Attributor::Impl {
     };
     bool waiting = false;
     for (auto it = bucket->open.begin(); it != bucket->open.end() && !waiting; ++it)
-      for (const auto& part : (*it)->parts)
-        waiting |= eligible(**it, part) && part.reads > 0 && part.read_done;
+      if ((*it)->answered_ns == 0)
+        for (const auto& part : (*it)->parts)
+          waiting |= eligible(**it, part) && part.reads > 0 && part.read_done;
     if (!waiting) return std::nullopt;
     std::optional<Affinity> best;
     for (FetchIt fetch : bucket->answered) {
@@ -620,7 +663,8 @@ struct Attributor::Impl {
     for (auto it = bucket->answered.rbegin();
          it != bucket->answered.rend() && (*it)->answered_ns > read.start_ns; ++it)
       consider(*it);
-    for (FetchIt fetch : bucket->open) {  // in arrival order: none after a best one is older
+    for (FetchIt fetch : bucket->open) {      // in arrival order: none after a best one is older
+      if (fetch->answered_ns != 0) continue;  // a leftover, considered above
       if (best_rank == 3 && fetch->arrival > best->fetch->arrival &&
           !(by_offset && best->fetch->parts[best->part].tier_unknown))
         break;
@@ -825,7 +869,9 @@ struct Attributor::Impl {
     const Bucket* bucket = partition_bucket(read);
     if (!bucket) return false;
     for (FetchIt other : bucket->open) {
-      if (other == fetch || other->started_reads != 0 || !same_process(*other, read)) continue;
+      if (other == fetch || other->answered_ns != 0 || other->started_reads != 0 ||
+          !same_process(*other, read))
+        continue;
       for (const auto& p : other->parts)
         if (names_partition(p, read) && p.reads > 0 && !p.failure_taken &&
             p.last_end_ns <= fetch->answered_ns)

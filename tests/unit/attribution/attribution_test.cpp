@@ -110,6 +110,25 @@ ObjectRead get(std::uint32_t tid, std::uint64_t start, std::uint64_t end, std::s
   return r;
 }
 
+// Fetches received by another broker process (7) than the GETs made by get_of_process_1, before
+// the fetches under test: they wait at the front of their partition's list of open fetches and
+// take none of those GETs, so fetches answered behind them stay listed there, answered (as long
+// as they are fewer than half of it), until they finish (attribution's lazy removal).
+void receive_other_broker_fetches(attribution::Attributor& attributor, const std::string& topic,
+                                  std::int32_t partition, std::uint64_t t) {
+  attributor.set_process(99, 7);
+  for (std::int32_t correlation = 1; correlation <= 3; ++correlation)
+    attributor.on_request(fetch(99, correlation, "other-broker", t, {{topic, partition, 10}}));
+}
+
+ObjectRead get_of_process_1(std::uint32_t tid, std::uint64_t start, std::uint64_t end,
+                            std::string_view topic, std::int32_t partition, std::int64_t base,
+                            std::uint64_t bytes) {
+  ObjectRead r = get(tid, start, end, topic, partition, base, bytes);
+  r.process = 1;
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("GETs on a reader thread go to the pending fetch for that partition until it answers") {
@@ -236,6 +255,27 @@ TEST_CASE("a GET whose fetch was answered with remote data no GET brought is mat
   CHECK(sink.reads[0].client == "b");
 }
 
+TEST_CASE("an answered fetch still listed behind an older open one is no GET's crossing partner") {
+  // As above, with "c" before "a" and "b": c's GET completed and c was answered, but fetches of
+  // another broker, older, still wait, so c stays in the partition's list of open fetches. It
+  // is answered: no fetch waits with a GET counted that crossed the running one, which goes to b.
+  RecordingSink sink;
+  attribution::Attributor attributor(sink, nullptr);
+  receive_other_broker_fetches(attributor, "t", 3, 40);
+  const auto c = fetch(3, 1, "c", 50, {{"t", 3, 10}});
+  attributor.on_request(c);
+  attributor.on_object_read(get_of_process_1(40, 60, 70, "t", 3, 0, 5));
+  attributor.on_exchange(respond(c, 80, 5));
+  const auto a = receive_two_fetches(attributor).a;
+  const ObjectRead for_b = get_of_process_1(41, 120, 300, "t", 3, 0, 10);  // matched to "a"
+  attributor.on_object_request(for_b);
+  attributor.on_exchange(respond(a, 210, 20));
+  attributor.on_object_read(for_b);
+  REQUIRE(sink.reads.size() == 2);
+  CHECK(sink.reads[0].client == "c");
+  CHECK(sink.reads[1].client == "b");
+}
+
 TEST_CASE("a GET whose fetch was answered with another GET counted for it is matched again") {
   // "a" already had a GET counted when it was answered: the data it carried was that GET's, so
   // the one still running when the answer went out is another fetch's ("b", still open to it).
@@ -314,6 +354,38 @@ TEST_CASE("a GET no fetch can take, while one waits with a GET counted: the unre
     CHECK(sink.bytes_by_client()["y"] == 0);
     CHECK(attributor.counters().reads_unattributed == 1);
   }
+}
+
+TEST_CASE("an answered fetch still listed behind an older open one is not a waiting one") {
+  // The case above where x was answered too, with fetches of another broker received first: x
+  // and y, answered behind them, stay in the partition's list of open fetches. x is answered, so
+  // no fetch waits with its task ended, and nothing says whose the late GET is.
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"t", 0}] = 1'000'000;
+  tier.starts[{"t", 1}] = 1'000'000;
+  attribution::Attributor attributor(sink, &tier);
+  receive_other_broker_fetches(attributor, "t", 0, 90);
+  const auto x = fetch(1, 1, "x", 100, {{"t", 0, 150}});
+  const auto y = fetch(2, 1, "y", 105, {{"t", 0, 150}});
+  attributor.on_request(x);
+  attributor.on_request(y);
+  attributor.on_request(fetch(3, 1, "z", 106, {{"t", 1, 10}}));
+  const ObjectRead counted = get_of_process_1(41, 110, 120, "t", 0, 100, 10);  // matched to "x"
+  attributor.on_object_request(counted);
+  attributor.on_object_read(counted);
+  attributor.on_exchange(respond(y, 126, 10));
+  const ObjectRead other = get_of_process_1(41, 127, 128, "t", 1, 0, 5);  // x's task ends
+  attributor.on_object_request(other);
+  attributor.on_object_read(other);
+  attributor.on_exchange(respond(x, 129, 10));
+  const ObjectRead late = get_of_process_1(42, 130, 140, "t", 0, 100, 20);
+  attributor.on_object_request(late);
+  attributor.on_object_read(late);
+  CHECK(sink.bytes_by_client() ==
+        std::map<std::string, std::uint64_t>{
+            {"x", 10}, {"z", 5}, {std::string(attribution::kUnattributed), 20}});
+  CHECK(attributor.counters().reads_unattributed == 1);
 }
 
 TEST_CASE("a failed GET gives back the fetch it was matched to at its start") {
@@ -1102,6 +1174,36 @@ TEST_CASE("a finished fetch takes only its own entries out of its partition's li
   CHECK(attributor.pending() == 0);
   attributor.on_object_read(get(35, 2300, 2310, "orders", 0, 0, 500));
   CHECK(sink.reads.back().client == attribution::kUnattributed);
+}
+
+TEST_CASE("a fetch answered behind an older open one finishes cleanly; the lists still serve") {
+  // "young" is answered while "old", received first, still waits: young stays in the partition's
+  // list of open fetches (removed lazily) and must leave it when it finishes, before old does.
+  RecordingSink sink;
+  FixedTier tier;
+  tier.starts[{"orders", 0}] = 5000;
+  attribution::Options options;
+  options.answered_retain_ns = 1000;
+  options.max_pending_ns = 100'000;
+  attribution::Attributor attributor(sink, &tier, options);
+  auto old = fetch(1, 1, "old", 100, {{"orders", 0, 10}});
+  auto young = fetch(2, 1, "young", 110, {{"orders", 0, 10}});
+  attributor.on_request(old);
+  attributor.on_request(young);
+  attributor.on_exchange(respond(young, 200, 0));  // answered from elsewhere: no GET
+  attributor.expire(1201);
+  CHECK(attributor.pending() == 1);
+  attributor.on_object_read(get(31, 1300, 1310, "orders", 0, 0, 100));
+  REQUIRE(sink.reads.size() == 1);
+  CHECK(sink.reads[0].client == "old");
+  attributor.on_exchange(respond(old, 1400, 100));
+  attributor.expire(2401);
+  CHECK(sink.done_clients == std::vector<std::string>{"old"});
+  CHECK(attributor.pending() == 0);
+  auto fresh = fetch(3, 1, "fresh", 2500, {{"orders", 0, 10}});
+  attributor.on_request(fresh);
+  attributor.on_object_read(get(32, 2510, 2520, "orders", 0, 0, 200));
+  CHECK(sink.reads.back().client == "fresh");
 }
 
 // Where no tier knows the partitions, every partition of every fetch is pending until the fetch
