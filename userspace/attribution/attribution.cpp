@@ -85,8 +85,9 @@ std::uint64_t after(std::uint64_t t, std::uint64_t d) {
 // or when leftovers are half of it (a pass that keeps the rest in order). Fetches are answered in
 // another order than they came (remote ones after local ones that came later), and an erase from
 // the middle moved a deque's elements for each of a fetch's partitions: a third of attribution's
-// instructions with Java clients' sessions of 100 partitions (docs/performance.md, "Session 53"
-// in "Attribution at high GET rates"). Walks of `open` skip answered fetches.
+// instructions with Java clients' sessions of 100 partitions that no tier knows
+// (docs/performance.md, "Session 53" in "Attribution at high GET rates"). Walks of `open` skip
+// answered fetches.
 struct Bucket {
   std::deque<FetchIt> open;        // in arrival order: not answered yet, and leftovers
   std::size_t open_leftovers = 0;  // entries of `open` whose fetch is answered
@@ -238,13 +239,15 @@ struct Attributor::Impl {
   // per partition and name, unindex takes one per partition and name. Finished fetches are near
   // the front (they finish about in the order they came or were answered), so the search stops
   // early; erasing every match walked the whole list each time, 10,000 fetches on a partition
-  // that answers 5,000 remote fetches/s (answered ones are kept 2 s).
-  static void remove(std::deque<FetchIt>& fetches_of, FetchIt fetch) {
+  // that answers 5,000 remote fetches/s (answered ones are kept 2 s). False if none was there.
+  static bool remove(std::deque<FetchIt>& fetches_of, FetchIt fetch) {
     auto it = std::find(fetches_of.begin(), fetches_of.end(), fetch);
-    if (it == fetches_of.begin() && it != fetches_of.end())
+    if (it == fetches_of.end()) return false;
+    if (it == fetches_of.begin())
       fetches_of.pop_front();  // the common case, without erase's general path
-    else if (it != fetches_of.end())
+    else
       fetches_of.erase(it);
+    return true;
   }
 
   // Takes the answered fetches at the front of the bucket's open list off it, and every one of
@@ -296,13 +299,10 @@ struct Attributor::Impl {
         remove(bucket.open, fetch);
       } else {
         remove(bucket.answered, fetch);
-        if (fetch->open_leftovers != 0) {  // still behind an older fetch waiting for its answer
-          auto it = std::find(bucket.open.begin(), bucket.open.end(), fetch);
-          if (it != bucket.open.end()) {
-            bucket.open.erase(it);
-            --bucket.open_leftovers;
-            --fetch->open_leftovers;
-          }
+        // Still behind an older fetch waiting for its answer: its entry must not outlive it.
+        if (fetch->open_leftovers != 0 && remove(bucket.open, fetch)) {
+          --bucket.open_leftovers;
+          --fetch->open_leftovers;
         }
       }
       if (!bucket.open.empty() || !bucket.answered.empty()) return;
@@ -664,7 +664,7 @@ struct Attributor::Impl {
          it != bucket->answered.rend() && (*it)->answered_ns > read.start_ns; ++it)
       consider(*it);
     for (FetchIt fetch : bucket->open) {      // in arrival order: none after a best one is older
-      if (fetch->answered_ns != 0) continue;  // a leftover, considered above
+      if (fetch->answered_ns != 0) continue;  // a leftover: the answered list has it
       if (best_rank == 3 && fetch->arrival > best->fetch->arrival &&
           !(by_offset && best->fetch->parts[best->part].tier_unknown))
         break;
