@@ -86,8 +86,8 @@ std::uint64_t after(std::uint64_t t, std::uint64_t d) {
 // another order than they came (remote ones after local ones that came later), and an erase from
 // the middle moved a deque's elements for each of a fetch's partitions: a third of attribution's
 // instructions with Java clients' sessions of 100 partitions that no tier knows
-// (docs/performance.md, "Session 53" in "Attribution at high GET rates"). Walks of `open` skip
-// answered fetches.
+// (docs/performance.md, "Session 53 ...: an answered fetch leaves its partition's open list
+// lazily"). Walks of `open` skip answered fetches.
 struct Bucket {
   std::deque<FetchIt> open;        // in arrival order: not answered yet, and leftovers
   std::size_t open_leftovers = 0;  // entries of `open` whose fetch is answered
