@@ -290,6 +290,32 @@ def main():
             fail(f"quiet fetches {quiet} with the {status['variant']} variant")
         if not isinstance(quiet.get("pauses"), int) or (quiet["pauses"] > 0 and not sock):
             fail(f"quiet fetches {quiet}: no count of held requests' pauses")
+        if args.session_tenant and sock:
+            # A Java consumer whose positions do not move sends incremental fetches that list
+            # nothing; answered locally with no GET in their window, they are left out too. The
+            # other tenants have stopped, so no GET reports them: all but each connection's first
+            # (the full request that opens its session) are left out.
+            scan = next(t for t in world.admin("/topics") if t["name"] == "scan")
+            part = min(scan["partitions"], key=lambda p: p["partition"])
+            local = next(s["base_offset"] for s in part["segments"] if not s["remote"])
+            run = subprocess.run([
+                os.path.join(os.path.dirname(args.broker), "tiered-broker-load"),
+                "--port", world.bootstrap.rsplit(":", 1)[1], "--topic", "scan",
+                "--partition", str(part["partition"]), "--offset", str(local),
+                "--max-bytes", "1024", "--connections", "2", "--rate", "200", "--seconds", "2",
+                "--client-id", "sessions-java-local", "--incremental-sessions",
+                "--sessions-unchanged"], capture_output=True, text=True, timeout=60)
+            if run.returncode != 0:
+                fail(f"tiered-broker-load failed: {run.stderr.strip()}")
+            answered = json.loads(run.stdout.strip().splitlines()[-1])["responses"]
+            time.sleep(2.5)  # fetchcostd reads the capture's counters about once a second
+            left = get_json(base + "/api/v1/status")["quiet_fetches"]["left_out"] - quiet["left_out"]
+            print(f"a Java-like tenant's unchanged incremental fetches: {left} of {answered} "
+                  "left out")
+            if answered < 100 or not 0.9 * (answered - 2) <= left <= answered:
+                fail(f"{left} of the {answered} fetches of a Java-like tenant whose incremental "
+                     "requests list nothing were left out: all but the 2 that open its sessions "
+                     "should be")
         # Object-body reads that left bytes queued are folded into the next record (connections
         # without hooked TLS); small reads of whole responses must fold.
         folded_reads = status["folded_read_pieces"]
