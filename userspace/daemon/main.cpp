@@ -386,15 +386,21 @@ int main(int argc, char** argv) {
   // others). Settings that cannot be read (a properties file not there yet, a volume not mounted)
   // are tried again every kSettingsRetry while the broker is watched.
   struct BrokerSettingsRead {
+    std::uint64_t started = 0;  // the process's start time: its number may be reused
     std::optional<fc::daemon::BrokerSettings> settings;
     std::string error;  // of the last try
     std::chrono::steady_clock::time_point next_try;
   };
   constexpr auto kSettingsRetry = std::chrono::seconds(10);
   std::map<pid_t, BrokerSettingsRead> broker_settings;
-  // True when pid's settings were read by this call.
-  auto read_broker_settings = [&](pid_t pid) {
+  // True when pid's settings were read by this call. Those of a process that had its number
+  // before (another start time) are forgotten first.
+  auto read_broker_settings = [&](pid_t pid, std::uint64_t started) {
     auto& read = broker_settings[pid];
+    if (read.started != started) {
+      read = {};
+      read.started = started;
+    }
     const auto now = std::chrono::steady_clock::now();
     if (read.settings || now < read.next_try) return false;
     auto found = fc::daemon::broker_settings(pid);
@@ -478,25 +484,22 @@ int main(int argc, char** argv) {
       const pid_t pid = it->first;
       const auto started = start_time(pid);
       if (started == it->second) {
-        if (read_broker_settings(pid)) changed = true;  // read on a later try
+        if (read_broker_settings(pid, it->second)) changed = true;  // read on a later try
         ++it;
         continue;
       }
       capture->remove_target(pid);
-      if (started) {
-        broker_settings.erase(pid);
-        std::fprintf(stderr, "fetchcostd: pid %d exited (its number now another process's)\n", pid);
-      } else {
-        std::fprintf(stderr, "fetchcostd: pid %d exited\n", pid);
-      }
+      std::fprintf(stderr, "fetchcostd: pid %d exited%s\n", pid,
+                   started ? " (its number now another process's)" : "");
       it = watched.erase(it);
       changed = true;
     }
     for (pid_t pid : wanted) {
       if (watched.count(pid)) continue;
       const auto started = start_time(pid);
-      if (!started) continue;     // exited
-      read_broker_settings(pid);  // its listener ports' role is set before its connections are
+      if (!started) continue;  // exited
+      // Its listener ports' role is set before its connections are.
+      read_broker_settings(pid, *started);
       auto r = capture->add_target(pid);
       if (!r) {
         std::fprintf(stderr, "fetchcostd: %s\n", r.error().message.c_str());
@@ -511,7 +514,7 @@ int main(int argc, char** argv) {
     std::size_t unread = 0;
     std::string error;
     for (auto it = broker_settings.begin(); it != broker_settings.end();) {
-      if (!watched.count(it->first) && !fc::daemon::process_alive(it->first)) {
+      if (!watched.count(it->first) && start_time(it->first) != it->second.started) {
         it = broker_settings.erase(it);
         continue;
       }

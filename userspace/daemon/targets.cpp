@@ -2,11 +2,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
@@ -67,10 +65,6 @@ bool command_line_contains(pid_t pid, std::string_view needle) {
   while (!joined.empty() && joined.back() == '\0') joined.pop_back();
   std::replace(joined.begin(), joined.end(), '\0', ' ');
   return !joined.empty() && joined.find(needle) != std::string::npos;
-}
-
-bool process_alive(pid_t pid) {
-  return kill(pid, 0) == 0 || errno == EPERM;
 }
 
 std::optional<std::uint64_t> process_start_time(pid_t pid) {

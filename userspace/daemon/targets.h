@@ -19,7 +19,6 @@ namespace fc::daemon {
 std::vector<std::string> command_line(pid_t pid);
 // Whether a process's command line (its arguments joined by spaces) contains `needle`.
 bool command_line_contains(pid_t pid, std::string_view needle);
-bool process_alive(pid_t pid);
 // When a process started (/proc/PID/stat, clock ticks since boot); none when it exited. A
 // process number is reused once its process is gone: the same number with another start time
 // is another process (one started in the same 10 ms tick as a process that lived shorter would

@@ -42,11 +42,11 @@ TEST_CASE("a process is found by a substring of its command line, and only while
     if (found.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   CHECK(found == std::vector<pid_t>{child});
-  CHECK(fc::daemon::process_alive(child));
+  CHECK(fc::daemon::process_start_time(child).has_value());
   CHECK(sweep_for(marker + "-absent").empty());
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
-  CHECK_FALSE(fc::daemon::process_alive(child));
+  CHECK_FALSE(fc::daemon::process_start_time(child).has_value());
   CHECK(sweep_for(marker).empty());
 }
 
