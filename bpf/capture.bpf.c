@@ -221,8 +221,12 @@ struct {
  * as the record it would have been (its whole header, one segment), from its arrival to its
  * response's first send, which decides whether it leaves or is left out. Indexed as gather_slots
  * (by the connection's id, two probes) and as many; a request that finds both busy gets its record
- * at once. A request larger than FC_HELD_BYTES is never held. */
-#define FC_HELD_BYTES 512
+ * at once. A request larger than FC_HELD_BYTES is never held: 4 KiB holds a librdkafka fetch of
+ * about 140 partitions (29 bytes each in v11; 64 partitions: 1,858 bytes). A request larger than
+ * FC_HELD_UNLOOKED_BYTES is held only if its API key, read first, says Fetch: most of those are
+ * Produce requests, which would pay the slot's copy and the copy out of it. */
+#define FC_HELD_BYTES 4096
+#define FC_HELD_UNLOOKED_BYTES 512
 #define FC_REQUEST_SLOTS 1024
 #define FC_HELD_WORDS (FC_REQUEST_SLOTS / 64)
 /* request_slot.state: who may touch a claimed slot. The owner (its connection) fills it while
@@ -239,7 +243,9 @@ struct request_slot {
   __u64 owner; /* conn_id of the connection whose request is held here; 0: free */
   __u64 state; /* enum slot_state (64 bits: the atomics BPF has without -mcpu=v3) */
   struct fc_data_event hdr;
-  __u8 data[2 * FC_HELD_BYTES]; /* twice: a masked offset plus a clamped length always fit */
+  /* Room past FC_HELD_BYTES for the 16 bytes quiet_candidate reads at a masked offset, and for
+   * the size prefix before a rest of FC_HELD_BYTES. */
+  __u8 data[FC_HELD_BYTES + 16];
 };
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -1305,6 +1311,13 @@ static __always_inline int end_hold(struct conn_state* st, int report) {
   return 0;
 }
 
+/* Whether the request whose API key is at user address `key` is a Fetch: a read of 2 bytes, for
+ * requests larger than FC_HELD_UNLOOKED_BYTES, before they are copied into a slot. */
+static __always_inline int fetch_key_at(__u64 key) {
+  __u16 k = 0;
+  return bpf_probe_read_user(&k, sizeof(k), (const void*)key) == 0 && k == bpf_htons(1);
+}
+
 /* A receive of `ret` bytes at stream position `pos`, whose first `want` are at `buf`: held
  * (returns 1, no record now) if it is a whole Fetch request that may be left out
  * (quiet_candidate), or the size prefix of one. A whole request of another kind that was read
@@ -1321,7 +1334,7 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
     s = request_slot_of(st);
     if (!s) return 0;
     if (want != ret || ret != bpf_ntohl(*(__u32*)s->data) || ret > FC_HELD_BYTES - 4 ||
-        pos != s->hdr.stream_pos + 4 ||
+        pos != s->hdr.stream_pos + 4 || (ret > FC_HELD_UNLOOKED_BYTES - 4 && !fetch_key_at(buf)) ||
         bpf_probe_read_user(s->data + 4, len, (const void*)buf) != 0) {
       end_hold(st, 1); /* the prefix's own record; this call gets one as any other */
       return 0;
@@ -1337,7 +1350,8 @@ static __always_inline int hold_request(struct conn_state* st, struct sock* sk, 
      * bits): past 1 GiB of them, requests are recorded until one has reported them. */
     if (!cfg_skip_quiet_fetches || !sk || want != ret || st->resp_state != RESP_NEXT ||
         st->gathering || (ret != 4 && (ret < 26 || ret > FC_HELD_BYTES)) ||
-        (st->skipped[FC_DIR_RECV] | st->skipped[FC_DIR_SEND]) >= (1U << 30))
+        (st->skipped[FC_DIR_RECV] | st->skipped[FC_DIR_SEND]) >= (1U << 30) ||
+        (ret > FC_HELD_UNLOOKED_BYTES && !fetch_key_at(buf + 4)))
       return 0;
     if (ret != 4 && paused_request(st)) return 0; /* a size prefix waits for its rest */
     __u32 i = 0;

@@ -33,12 +33,13 @@ void put64(std::string& s, std::uint64_t v) {
   put32(s, std::uint32_t(v));
 }
 
-// A Fetch request as a consumer writes it, of one partition: a version before sessions (4), v11,
-// or a flexible version (12 and later: compact arrays, tagged fields), with the session id and
-// epoch given (0 and -1: sessionless, as librdkafka sends). Without `lists` it lists no topic, as
-// a Java consumer's incremental fetch does when none of its positions moved.
+// A Fetch request as a consumer writes it, of `partitions` partitions of one topic: a version
+// before sessions (4), v11, or a flexible version (12 and later: compact arrays, tagged fields),
+// with the session id and epoch given (0 and -1: sessionless, as librdkafka sends). Without
+// `lists` it lists no topic, as a Java consumer's incremental fetch does when none of its
+// positions moved.
 std::string fetch_request(std::int16_t version, std::int32_t correlation, std::int32_t session_id,
-                          std::int32_t epoch, bool lists = true) {
+                          std::int32_t epoch, bool lists = true, std::uint32_t partitions = 1) {
   const bool flexible = version >= 12;
   std::string b;
   put16(b, 1);
@@ -57,8 +58,12 @@ std::string fetch_request(std::int16_t version, std::int32_t correlation, std::i
     put32(b, std::uint32_t(session_id));
     put32(b, std::uint32_t(epoch));
   }
-  // An array's count: int32, or from v12 an unsigned varint of count + 1 (all below 128 here).
-  auto count = [&](std::uint32_t n) { flexible ? b.push_back(char(n + 1)) : put32(b, n); };
+  // An array's count: int32, or from v12 an unsigned varint of count + 1.
+  auto count = [&](std::uint32_t n) {
+    if (!flexible) return put32(b, n);
+    for (++n; n >= 0x80; n >>= 7) b.push_back(char(0x80 | (n & 0x7f)));
+    b.push_back(char(n));
+  };
   count(lists ? 1 : 0);  // topics
   if (lists) {
     const std::string topic = "orders";
@@ -68,14 +73,17 @@ std::string fetch_request(std::int16_t version, std::int32_t correlation, std::i
       flexible ? b.push_back(char(topic.size() + 1)) : put16(b, std::uint16_t(topic.size()));
       b += topic;
     }
-    count(1);                                 // partitions
-    put32(b, 0);                              // partition
-    if (version >= 9) put32(b, 0xffffffffu);  // current_leader_epoch
-    put64(b, 4242);                           // fetch_offset
-    if (flexible) put32(b, 0xffffffffu);      // last_fetched_epoch
-    if (version >= 5) put64(b, 0);            // log_start_offset
-    put32(b, 1048576);                        // partition_max_bytes
-    if (flexible) b += std::string(2, '\0');  // the partition's and the topic's tagged fields
+    count(partitions);
+    for (std::uint32_t p = 0; p < partitions; ++p) {
+      put32(b, p);                              // partition
+      if (version >= 9) put32(b, 0xffffffffu);  // current_leader_epoch
+      put64(b, 4242 + p);                       // fetch_offset
+      if (flexible) put32(b, 0xffffffffu);      // last_fetched_epoch
+      if (version >= 5) put64(b, 0);            // log_start_offset
+      put32(b, 1048576);                        // partition_max_bytes
+      if (flexible) b.push_back(0);             // the partition's tagged fields
+    }
+    if (flexible) b.push_back(0);  // the topic's tagged fields
   }
   if (version >= 7) count(0);  // forgotten_topics_data
   if (flexible) {
@@ -98,6 +106,20 @@ std::string other_request(std::int32_t correlation) {
   put16(b, 4);
   b += "test";
   b += std::string(10, 'x');
+  std::string framed;
+  put32(framed, std::uint32_t(b.size()));
+  return framed + b;
+}
+
+// A Produce request (key 0) of `size` bytes in all, its records a pattern: never held.
+std::string produce_request(std::int32_t correlation, std::size_t size) {
+  std::string b;
+  put16(b, 0);
+  put16(b, 9);
+  put32(b, std::uint32_t(correlation));
+  put16(b, 8);
+  b += "producer";
+  b += pattern(size - 4 - b.size(), unsigned(correlation));
   std::string framed;
   put32(framed, std::uint32_t(b.size()));
   return framed + b;
@@ -203,10 +225,20 @@ std::vector<Exchange> exchanges() {
       {fetch_request(12, 14, 5, 8), false, false, response(30, 0, 140)},    // lists a partition
       {fetch_request(17, 15, 5, -1, false), false, false, response(30, 0, 150)},  // closes it
       {fetch_request(13, 16, 0, 0), false, false, response(30, 0, 160)},          // opens a session
+      // Sessionless fetches of many partitions: held up to 4 KiB (64 partitions in v11, as a
+      // librdkafka consumer of 64 partitions on one broker sends, 1.9 KiB; 200 in v4, 3.3 KiB).
+      {fetch_request(11, 17, 0, -1, true, 64), false, false, response(30, 0, 170)},   // quiet
+      {fetch_request(4, 18, 0, -1, true, 200), true, false, response(30, 0, 180)},    // quiet
+      {fetch_request(12, 19, 0, -1, true, 64), false, true, response(30, 500, 190)},  // a GET
+      {fetch_request(11, 20, 0, -1, true, 150), false, false, response(30, 0, 200)},  // > 4 KiB
+      // Produce requests over 512 bytes are not copied into a slot: their API key is read
+      // first, so one read split has its size prefix's record apart from its rest's.
+      {produce_request(21, 2000), false, false, response(30, 0, 210)},
+      {produce_request(22, 1500), true, false, response(30, 0, 220)},
   });
 }
-const bool kQuiet[] = {true, true, false, false, false, true,  false,
-                       true, true, false, false, false, false, false};
+const bool kQuiet[] = {true,  true,  false, false, false, true, false, true,  true,  false,
+                       false, false, false, false, true,  true, false, false, false, false};
 
 // Then a client that pipelines: two sessionless fetches read before either is answered. The
 // first is held, the second's arrival reports it; the first's answer (its correlation id is not
@@ -445,8 +477,10 @@ TEST_CASE("quiet fetches are left out whole; a store send reports the held reque
     }
     if (r.common.conn_id == store && r.data.direction == FC_DIR_SEND) get_at.push_back(i);
   }
-  REQUIRE(request_records.size() == 11);  // exchanges 3, 4, 5, 7, 10-14; the two pipelined
-  REQUIRE(get_at.size() == 3);
+  // Exchanges 3, 4, 5, 7, 10-14 and 17-20 (the last in two: its size prefix, its rest); the
+  // two pipelined.
+  REQUIRE(request_records.size() == 16);
+  REQUIRE(get_at.size() == 4);
   CHECK(request_records[0]->payload == all[2].request);
   CHECK(request_records[0]->data.c.skipped_before == skipped_requests[0]);
   CHECK(request_at[0] < get_at[0]);
@@ -459,9 +493,17 @@ TEST_CASE("quiet fetches are left out whole; a store send reports the held reque
   CHECK(request_records[4]->data.c.skipped_before == skipped_requests[2]);
   CHECK(request_at[4] < get_at[2]);
   for (std::size_t i = 5; i < 9; ++i) CHECK(request_records[i]->payload == all[i + 5].request);
-  CHECK(request_records[9]->payload == pipelined()[0].request);
-  CHECK(request_records[10]->payload == pipelined()[1].request);
-  CHECK(col.capture->totals().quiet_fetches == 5);
+  CHECK(request_records[9]->payload == all[16].request);
+  CHECK(request_records[9]->data.c.skipped_before == skipped_requests[3]);
+  CHECK(request_at[9] < get_at[3]);
+  CHECK(request_records[10]->payload == all[17].request.substr(0, 4096));  // the port's policy
+  CHECK(request_records[10]->data.length == all[17].request.size());
+  CHECK(request_records[11]->payload == all[18].request);
+  CHECK(request_records[12]->payload == all[19].request.substr(0, 4));
+  CHECK(request_records[13]->payload == all[19].request.substr(4));
+  CHECK(request_records[14]->payload == pipelined()[0].request);
+  CHECK(request_records[15]->payload == pipelined()[1].request);
+  CHECK(col.capture->totals().quiet_fetches == 7);
 
   // The close reports every byte, the quiet fetches' included.
   bool closed = false;
