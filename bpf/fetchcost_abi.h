@@ -44,8 +44,9 @@
  *        Fetch request without a session (session id 0 and epoch -1, or a version before
  *        sessions), or an incremental one that lists no topic and forgets none (a session id,
  *        epoch > 0, empty topics and forgotten topics: its session stays as it was), of
- *        at most 512 bytes that arrives whole in one receive (or its 4-byte size prefix, then
- *        the rest, as a JVM broker reads it) is held in a request slot instead of a record. A
+ *        at most 4 KiB that arrives whole in one receive (or its 4-byte size prefix, then
+ *        the rest, as a JVM broker reads it) is held in a request slot instead of a record
+ *        (one over 512 bytes is copied into the slot only if its API key says Fetch). A
  *        send of a target on any connection that is not a Kafka client's (an object-store GET,
  *        whatever the store) first hands on the records of every request held, with the time
  *        each arrived. A request still held when the response with its correlation id starts

@@ -34,17 +34,20 @@ struct Conn {
 
 // Where a request stands in its connection's fetch session (--incremental-sessions).
 struct SessionFields {
-  int32_t id = 0, epoch = 0;  // 0 and 0: the full request that opens the session
+  int32_t id = 0, epoch = 0;  // 0 and 0: the full request that opens the session; 0 and -1: none
   bool lists_partition = true;
 };
 
-// A Fetch request of one partition: v4 without a session, or v11 in `session`. An incremental
-// request lists the partition (a busy Java consumer's lists the partitions whose fetch offset
-// moved) unless !lists_partition: then the broker reads the session's partition at the
-// session's offset, as for a Java consumer whose position did not move.
+// A Fetch request of `partitions` partitions from `partition` on, each at `offset` (a consumer
+// of many partitions on one broker; the response's max bytes still bound the whole answer): v4
+// without `session`, else v11 in it (id 0 and epoch -1: v11 without a session, as librdkafka
+// sends). An incremental request lists the partition (a busy Java consumer's lists the
+// partitions whose fetch offset moved) unless !lists_partition: then the broker reads the
+// session's partition at the session's offset, as for a Java consumer whose position did not
+// move.
 std::string fetch_request(const std::string& client_id, const std::string& topic, int partition,
                           int64_t offset, int32_t max_wait_ms, int32_t max_bytes, int32_t corr,
-                          const SessionFields* session = nullptr) {
+                          const SessionFields* session = nullptr, int partitions = 1) {
   tb::Writer w;
   w.i32(0);
   w.i16(1);  // Fetch
@@ -65,12 +68,14 @@ std::string fetch_request(const std::string& client_id, const std::string& topic
   } else {
     w.i32(1);
     w.string(topic);
-    w.i32(1);
-    w.i32(partition);
-    if (session) w.i32(-1);  // current leader epoch
-    w.i64(offset);
-    if (session) w.i64(-1);  // log start offset (followers only)
-    w.i32(max_bytes);
+    w.i32(partitions);
+    for (int p = partition; p < partition + partitions; ++p) {
+      w.i32(p);
+      if (session) w.i32(-1);  // current leader epoch
+      w.i64(offset);
+      if (session) w.i64(-1);  // log start offset (followers only)
+      w.i32(max_bytes);
+    }
   }
   if (session) {
     w.i32(0);      // forgotten topics
@@ -82,9 +87,10 @@ std::string fetch_request(const std::string& client_id, const std::string& topic
 
 // The one request of a run without churn, built once.
 const std::string& req_fixed(const std::string& client_id, const std::string& topic, int partition,
-                             int64_t offset, int32_t max_wait_ms, int32_t max_bytes) {
-  static const std::string req =
-      fetch_request(client_id, topic, partition, offset, max_wait_ms, max_bytes, 1);
+                             int64_t offset, int32_t max_wait_ms, int32_t max_bytes,
+                             const SessionFields* session, int partitions) {
+  static const std::string req = fetch_request(client_id, topic, partition, offset, max_wait_ms,
+                                               max_bytes, 1, session, partitions);
   return req;
 }
 
@@ -155,8 +161,27 @@ int main(int argc, char** argv) {
   app.add_flag("--sessions-unchanged", unchanged,
                "with --incremental-sessions: incremental requests list no partition (the "
                "session's own, at its offset, is read)");
+  int partitions = 1;
+  app.add_option("--partitions-per-fetch", partitions,
+                 "without --incremental-sessions: each request lists this many partitions, "
+                 "--partition and the ones after it, each at --offset (one librdkafka consumer "
+                 "of them all); --max-bytes still bounds the whole response")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  bool sessionless_v11 = false;
+  app.add_flag("--sessionless-v11", sessionless_v11,
+               "without --incremental-sessions: Fetch v11 with session id 0 and epoch -1, as "
+               "librdkafka sends (else v4)");
   CLI11_PARSE(app, argc, argv);
+  if (incremental_sessions && (partitions != 1 || sessionless_v11)) {
+    std::fprintf(stderr,
+                 "tiered-broker-load: --partitions-per-fetch and --sessionless-v11 are for "
+                 "sessionless fetches\n");
+    return 2;
+  }
   uint64_t sent = 0;
+  const SessionFields v11_sessionless{0, -1, true};
+  const SessionFields* sessionless = sessionless_v11 ? &v11_sessionless : nullptr;
   auto next_request = [&](Conn& c) -> const std::string& {
     static std::string churned;
     if (incremental_sessions) {
@@ -167,9 +192,10 @@ int main(int argc, char** argv) {
       return churned;
     }
     if (client_ids == 0)
-      return req_fixed(client_id, topic, partition, offset, max_wait_ms, max_bytes);
+      return req_fixed(client_id, topic, partition, offset, max_wait_ms, max_bytes, sessionless,
+                       partitions);
     churned = fetch_request(client_id + "-" + std::to_string(sent++ % client_ids), topic, partition,
-                            offset, max_wait_ms, max_bytes, 1);
+                            offset, max_wait_ms, max_bytes, 1, sessionless, partitions);
     return churned;
   };
 
