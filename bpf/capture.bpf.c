@@ -1318,6 +1318,21 @@ static __always_inline int fetch_key_at(__u64 key) {
   return bpf_probe_read_user(&k, sizeof(k), (const void*)key) == 0 && k == bpf_htons(1);
 }
 
+/* A Kafka client's receive of `ret` bytes at `buf`, more than the `want` its policy captures:
+ * if it starts a Fetch request (its size prefix, then API key 1; or, read after a size prefix
+ * read alone as a JVM broker reads, the API key first), up to FC_MAX_CAPTURE of it, else `want`.
+ * Attribution must know every partition a fetch lists, and a librdkafka consumer lists all it
+ * reads on the broker in one request (29 bytes each in v11: 4 KiB is about 140). Other requests
+ * past the cap are mostly Produce requests, whose records no decoder reads. Bytes that only look
+ * like a Fetch header (a request read from its middle) are captured further: no harm. */
+static __always_inline __u32 fetch_request_want(__u64 buf, __u32 ret, __u32 want) {
+  __u8 h[8];
+  if (bpf_probe_read_user(h, sizeof(h), (const void*)buf) != 0) return want;
+  const int framed = h[4] == 0 && h[5] == 1 && h[6] == 0 && h[7] <= 17;
+  const int after_prefix = h[0] == 0 && h[1] == 1 && h[2] == 0 && h[3] <= 17;
+  return framed || after_prefix ? min_u32(ret, FC_MAX_CAPTURE) : want;
+}
+
 /* A receive of `ret` bytes at stream position `pos`, whose first `want` are at `buf`: held
  * (returns 1, no record now) if it is a whole Fetch request that may be left out
  * (quiet_candidate), or the size prefix of one. A whole request of another kind that was read
@@ -1650,9 +1665,10 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
   __u32 head = 0; /* the call's first 4 bytes, when captured */
   if (one_range) {
     __u32 want = min_u32(ret, call_cap);
-    if (direction == FC_DIR_RECV && st->policy.role == FC_ROLE_KAFKA_CLIENT &&
-        hold_request(st, sk, src, pos, ret, want, buf, pid_tgid, task))
-      return;
+    if (direction == FC_DIR_RECV && st->policy.role == FC_ROLE_KAFKA_CLIENT) {
+      if (hold_request(st, sk, src, pos, ret, want, buf, pid_tgid, task)) return;
+      if (ret > want) want = fetch_request_want(buf, ret, want);
+    }
     if (gather && try_gather(st, sk, pos, ret, hole, want, buf, ends, pid_tgid, task)) return;
     if (starts && gather_start(st, sk, src, pos, ret, hole, want, buf, pid_tgid, task)) return;
     emit_direct(st, pid_tgid, task, src, pos, ret, direction, hole, want, buf, &head);

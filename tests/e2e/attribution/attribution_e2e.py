@@ -125,6 +125,10 @@ def main():
     ap.add_argument("--wide-consumer", action="store_true",
                     help="at the end, a real librdkafka consumer (kcat) of a 64-partition topic "
                          "at its end: its 1.9 KiB sessionless fetches must be left out as quiet")
+    ap.add_argument("--wide-remote-consumer", action="store_true",
+                    help="one more tenant, a real librdkafka consumer (kcat) of a 160-partition "
+                         "topic from its start: its 4.5 KiB fetch requests must be captured "
+                         "whole, or the GETs of the partitions listed last go unattributed")
     ap.add_argument("--read-size-prefix-first", action="store_true",
                     help="the broker reads each request as a JVM broker does, its size prefix "
                          "first: the capture joins the two reads, and the figures must still "
@@ -145,6 +149,8 @@ def main():
     # --replay-pair reads a topic of its own, so that only its two clients read it.
     topics = ["scan:2:1500:1000"] + (["replay:1:1500:1000"] if args.replay_pair else [])
     topics += ["wide:64:20:100"] if args.wide_consumer else []  # local only, read by no tenant
+    # Three segments of 128 KiB or so per partition: the first is only in the remote tier.
+    topics += ["wider:160:300:1000"] if args.wide_remote_consumer else []
     world = scenario.World(workdir, broker_bin=args.broker, s3_transport=args.transport, topics=topics,
                            object_store=args.object_store, extra_broker_args=broker_args)
     fc = prom = None
@@ -240,6 +246,12 @@ def main():
                 "--max-bytes", "65536", "--connections", "2", "--rate", "10",
                 "--seconds", str(min(6, args.seconds)), "--client-id", "sessions-java",
                 "--incremental-sessions", "--sessions-unchanged"])
+        if args.wide_remote_consumer:
+            # librdkafka lists every partition it reads on a broker in one request: 4.5 KiB for
+            # 160 partitions in Fetch v11, over the 4 KiB a socket call is captured up to.
+            world.spawn("wider-kcat", ["kcat", "-C", "-q", "-b", world.bootstrap, "-t", "wider",
+                                       "-o", "beginning", "-e", "-X", "client.id=wider-kcat"],
+                        stdout=subprocess.DEVNULL)
         if args.replay_pair:
             replay = next(t for t in world.admin("/topics") if t["name"] == "replay")
             part = replay["partitions"][0]
@@ -376,6 +388,12 @@ def main():
             fail("the scenario made no remote reads: nothing was tested")
         if args.session_tenant and truth.get(("sessions-java", "scan"), (0, 0, 0))[1] == 0:
             fail("the fetch-session tenant made no GET: nothing was tested")
+        if args.wide_remote_consumer:
+            gets = truth.get(("wider-kcat", "wider"), (0, 0, 0))[1]
+            print(f"a librdkafka consumer of 160 partitions: {gets} GETs in the ledger")
+            if gets < 160:
+                fail(f"the consumer of 160 partitions made {gets} GETs: it did not read each "
+                     "partition's remote segment")
         if args.storage_errors and sum(v[2] for v in truth.values()) == 0:
             fail("no GET failed although a segment was deleted: nothing was tested")
 

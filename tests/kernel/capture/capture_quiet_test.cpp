@@ -235,10 +235,15 @@ std::vector<Exchange> exchanges() {
       // first, so one read split has its size prefix's record apart from its rest's.
       {produce_request(21, 2000), false, false, response(30, 0, 210)},
       {produce_request(22, 1500), true, false, response(30, 0, 220)},
+      // Past the port's 4 KiB capture: a Fetch request is captured whole (attribution needs
+      // every partition it lists), read whole (the one of 150 partitions above) or after its
+      // size prefix (700 partitions in v4, 11 KiB); a Produce request is cut at 4 KiB.
+      {fetch_request(4, 23, 0, -1, true, 700), true, false, response(30, 0, 230)},
+      {produce_request(24, 6000), false, false, response(30, 0, 240)},
   });
 }
-const bool kQuiet[] = {true,  true,  false, false, false, true, false, true,  true,  false,
-                       false, false, false, false, true,  true, false, false, false, false};
+const bool kQuiet[] = {true,  true,  false, false, false, true,  false, true,  true,  false, false,
+                       false, false, false, true,  true,  false, false, false, false, false, false};
 
 // Then a client that pipelines: two sessionless fetches read before either is answered. The
 // first is held, the second's arrival reports it; the first's answer (its correlation id is not
@@ -477,9 +482,9 @@ TEST_CASE("quiet fetches are left out whole; a store send reports the held reque
     }
     if (r.common.conn_id == store && r.data.direction == FC_DIR_SEND) get_at.push_back(i);
   }
-  // Exchanges 3, 4, 5, 7, 10-14 and 17-20 (the last in two: its size prefix, its rest); the
+  // Exchanges 3, 4, 5, 7, 10-14 and 17-22 (20 and 21 in two: a size prefix, its rest); the
   // two pipelined.
-  REQUIRE(request_records.size() == 16);
+  REQUIRE(request_records.size() == 19);
   REQUIRE(get_at.size() == 4);
   CHECK(request_records[0]->payload == all[2].request);
   CHECK(request_records[0]->data.c.skipped_before == skipped_requests[0]);
@@ -496,13 +501,16 @@ TEST_CASE("quiet fetches are left out whole; a store send reports the held reque
   CHECK(request_records[9]->payload == all[16].request);
   CHECK(request_records[9]->data.c.skipped_before == skipped_requests[3]);
   CHECK(request_at[9] < get_at[3]);
-  CHECK(request_records[10]->payload == all[17].request.substr(0, 4096));  // the port's policy
-  CHECK(request_records[10]->data.length == all[17].request.size());
+  CHECK(request_records[10]->payload == all[17].request);
   CHECK(request_records[11]->payload == all[18].request);
   CHECK(request_records[12]->payload == all[19].request.substr(0, 4));
   CHECK(request_records[13]->payload == all[19].request.substr(4));
-  CHECK(request_records[14]->payload == pipelined()[0].request);
-  CHECK(request_records[15]->payload == pipelined()[1].request);
+  CHECK(request_records[14]->payload == all[20].request.substr(0, 4));
+  CHECK(request_records[15]->payload == all[20].request.substr(4));
+  CHECK(request_records[16]->payload == all[21].request.substr(0, 4096));  // the port's policy
+  CHECK(request_records[16]->data.length == all[21].request.size());
+  CHECK(request_records[17]->payload == pipelined()[0].request);
+  CHECK(request_records[18]->payload == pipelined()[1].request);
   CHECK(col.capture->totals().quiet_fetches == 7);
 
   // The close reports every byte, the quiet fetches' included.
