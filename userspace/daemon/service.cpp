@@ -458,6 +458,7 @@ struct Service::Impl {
       const auto s = pipe->stats();
       m.parse_errors["kafka"] = s.kafka_parse_errors;
       m.parse_errors["http"] = s.http_resyncs;
+      m.kafka_requests_truncated = s.kafka_requests_truncated;
     }
     return m;
   }
@@ -660,6 +661,7 @@ struct Service::Impl {
       if (pipe) {  // what the capture's holes cost the decoder, and what the bounds left out
         const auto s = pipe->stats();
         doc["kafka_decoder"] = {{"frames_truncated", s.kafka_frames_truncated},
+                                {"requests_truncated", s.kafka_requests_truncated},
                                 {"resyncs", s.kafka_resyncs},
                                 {"session_misses", s.kafka_session_misses},
                                 {"session_partitions_capped", s.kafka_session_partitions_capped}};

@@ -33,6 +33,8 @@ struct SelfMetrics {
   // Connections that stopped being held for a while (capture::Counters::hold_pauses).
   std::uint64_t quiet_fetch_pauses = 0;
   std::map<std::string, std::uint64_t> parse_errors;  // by decoder ("kafka", "http")
+  // Kafka requests decoded with part of their body not captured (kafka::Counters).
+  std::uint64_t kafka_requests_truncated = 0;
   std::uint64_t reads_exact = 0;
   std::uint64_t reads_estimated = 0;
   std::uint64_t reads_unattributed = 0;

@@ -245,6 +245,11 @@ void render_prometheus(const sensors::Snapshot& snap, const SelfMetrics& self,
         .text("\"} ")
         .number(n)
         .text("\n");
+  single(w, "fetchcost_kafka_requests_truncated_total",
+         "Kafka requests decoded with part of their body not captured: a Fetch request over "
+         "16 KiB (over about 550 partitions on one broker), whose partitions past the cut "
+         "attribution does not know, or bytes lost to a ring drop",
+         Type::kCounter, self.kafka_requests_truncated);
   header(w, "fetchcost_object_reads_total", "Object reads seen, by attribution outcome",
          Type::kCounter);
   w.text("fetchcost_object_reads_total{outcome=\"exact\"} ").number(self.reads_exact).text("\n");

@@ -92,7 +92,7 @@ struct FetchExchange {
   std::string rack_id;
   std::vector<FetchTopic> topics;
   std::vector<FetchPartition> partitions;
-  std::vector<FetchPartition> forgotten;  // only topic_index and partition are set
+  std::vector<FetchPartition> forgotten;      // only topic_index and partition are set
   std::uint32_t partitions_from_session = 0;  // added from the session (the last partitions)
   // Response
   std::int32_t throttle_time_ms = 0;
@@ -176,6 +176,7 @@ struct Counters {
   std::uint64_t resyncs = 0;              // framing lost (hole over a header, attach mid-stream)
   std::uint64_t resync_bytes = 0;         // bytes scanned or skipped while resynchronising
   std::uint64_t frames_truncated = 0;     // decoded with part of the body in a hole
+  std::uint64_t requests_truncated = 0;   // ... of them requests (a fetch's partitions lost)
   std::uint64_t frames_too_large = 0;     // skipped: over max_decoded_frame
   std::uint64_t parse_errors = 0;         // malformed body (skipped by length)
   std::uint64_t sasl_frames = 0;          // skipped, never retained

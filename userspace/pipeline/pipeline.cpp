@@ -591,6 +591,7 @@ PipelineStats Pipeline::stats() const {
   const auto& kafka = impl_->decoder.counters();
   s.kafka_parse_errors = kafka.parse_errors;
   s.kafka_frames_truncated = kafka.frames_truncated;
+  s.kafka_requests_truncated = kafka.requests_truncated;
   s.kafka_resyncs = kafka.resyncs;
   s.kafka_session_misses = kafka.session_misses;
   s.kafka_session_partitions_capped = kafka.session_partitions_capped;

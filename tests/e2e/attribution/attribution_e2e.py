@@ -394,6 +394,13 @@ def main():
             if gets < 160:
                 fail(f"the consumer of 160 partitions made {gets} GETs: it did not read each "
                      "partition's remote segment")
+            # Its requests were captured whole: none decoded with part of it missing.
+            truncated = get_json(base + "/api/v1/status")["kafka_decoder"]["requests_truncated"]
+            with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+                exported = [line for line in r.read().decode().splitlines()
+                            if line.startswith("fetchcost_kafka_requests_truncated_total ")]
+            if truncated != 0 or exported != ["fetchcost_kafka_requests_truncated_total 0"]:
+                fail(f"Kafka requests decoded truncated: {truncated}, exported {exported}")
         if args.storage_errors and sum(v[2] for v in truth.values()) == 0:
             fail("no GET failed although a segment was deleted: nothing was tested")
 

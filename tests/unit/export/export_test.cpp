@@ -75,6 +75,7 @@ TEST_CASE("the metrics page is valid Prometheus text with the KIP's names and es
   self.programs = {{"sock_send_length", 12345, 0.0025}, {"sock_recv_length", 7, 1.5e-6}};
   self.quiet_fetches = 4242;
   self.quiet_fetch_pauses = 17;
+  self.kafka_requests_truncated = 23;
   const std::string text = exporter::render_prometheus(table, self, {.currency = "USD"});
 
   CHECK(text.find("kafka_server_remote_fetch_bytes_total{client_id=\"scanner\",topic=\"orders\","
@@ -86,6 +87,7 @@ TEST_CASE("the metrics page is valid Prometheus text with the KIP's names and es
   CHECK(text.find("fetchcost_ring_drops_total{cpu=\"1\"} 3") != std::string::npos);
   CHECK(text.find("fetchcost_quiet_fetches_total 4242\n") != std::string::npos);
   CHECK(text.find("fetchcost_quiet_fetch_pauses_total 17\n") != std::string::npos);
+  CHECK(text.find("fetchcost_kafka_requests_truncated_total 23\n") != std::string::npos);
   CHECK(text.find("fetchcost_bpf_program_stats_enabled 1\n") != std::string::npos);
   CHECK(text.find("fetchcost_bpf_program_runs_total{program=\"sock_send_length\"} 12345\n") !=
         std::string::npos);

@@ -174,6 +174,8 @@ TEST_CASE("a hole inside a request body truncates it; framing holds") {
   CHECK(ex.client_id == "py-consumer-1");
   CHECK(ex.fetch.partitions.size() == 9);  // the response still lists every partition
   CHECK(decoder.counters().resyncs == 0);
+  CHECK(decoder.counters().requests_truncated == 1);
+  CHECK(decoder.counters().frames_truncated == 1);
 }
 
 namespace {
