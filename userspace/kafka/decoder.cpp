@@ -15,8 +15,8 @@ namespace {
 constexpr std::int16_t kFetchSessionIdNotFound = 70;
 constexpr std::int16_t kInvalidFetchSessionEpoch = 71;
 constexpr std::size_t kMaxSessionsPerConnection = 8;
-constexpr std::size_t kKeptEntries =
-    1024;  // per vector of a recycled exchange (partitions: 56 KiB)
+// Entries kept per vector of a recycled exchange (partitions: 56 KiB).
+constexpr std::size_t kKeptEntries = 1024;
 constexpr std::size_t kMaxClientIdScan = 255;  // longer client ids are not trusted when resyncing
 // Response bytes held while waiting for the request they answer (see DirectionState::holding).
 constexpr std::size_t kMaxHeldResponseBytes = 64u << 10;
