@@ -97,32 +97,31 @@ std::string fetch_request(std::int16_t version, std::int32_t correlation, std::i
   return framed + b;
 }
 
-// Another request (an ApiVersions-like header of key 18): never held.
-std::string other_request(std::int32_t correlation) {
+// A request of API `key` from client `client` (a header of 14 bytes and the client id), its body
+// `body`, after its size prefix.
+std::string framed_request(std::uint16_t key, std::uint16_t version, std::int32_t correlation,
+                           const std::string& client, const std::string& body) {
   std::string b;
-  put16(b, 18);
-  put16(b, 3);
+  put16(b, key);
+  put16(b, version);
   put32(b, std::uint32_t(correlation));
-  put16(b, 4);
-  b += "test";
-  b += std::string(10, 'x');
+  put16(b, std::uint16_t(client.size()));
+  b += client + body;
   std::string framed;
   put32(framed, std::uint32_t(b.size()));
   return framed + b;
 }
 
+// Another request (an ApiVersions-like header of key 18): never held.
+std::string other_request(std::int32_t correlation) {
+  return framed_request(18, 3, correlation, "test", std::string(10, 'x'));
+}
+
 // A Produce request (key 0) of `size` bytes in all, its records a pattern: never held.
 std::string produce_request(std::int32_t correlation, std::size_t size) {
-  std::string b;
-  put16(b, 0);
-  put16(b, 9);
-  put32(b, std::uint32_t(correlation));
-  put16(b, 8);
-  b += "producer";
-  b += pattern(size - 4 - b.size(), unsigned(correlation));
-  std::string framed;
-  put32(framed, std::uint32_t(b.size()));
-  return framed + b;
+  const std::string client = "producer";
+  return framed_request(0, 9, correlation, client,
+                        pattern(size - 14 - client.size(), unsigned(correlation)));
 }
 
 // A response: a header of `head` bytes (its size prefix first) written with writev, then, if
