@@ -41,10 +41,9 @@ struct SessionFields {
 // A Fetch request of `partitions` partitions from `partition` on, each at `offset` (a consumer
 // of many partitions on one broker; the response's max bytes still bound the whole answer): v4
 // without `session`, else v11 in it (id 0 and epoch -1: v11 without a session, as librdkafka
-// sends). An incremental request lists the partition (a busy Java consumer's lists the
-// partitions whose fetch offset moved) unless !lists_partition: then the broker reads the
-// session's partition at the session's offset, as for a Java consumer whose position did not
-// move.
+// sends). An incremental request lists them (a busy Java consumer's lists the partitions whose
+// fetch offset moved) unless !lists_partition: then the broker reads the session's partitions
+// at the session's offsets, as for a Java consumer whose positions did not move.
 std::string fetch_request(const std::string& client_id, const std::string& topic, int partition,
                           int64_t offset, int32_t max_wait_ms, int32_t max_bytes, int32_t corr,
                           const SessionFields* session = nullptr, int partitions = 1) {
@@ -163,9 +162,10 @@ int main(int argc, char** argv) {
                "session's own, at its offset, is read)");
   int partitions = 1;
   app.add_option("--partitions-per-fetch", partitions,
-                 "without --incremental-sessions: each request lists this many partitions, "
-                 "--partition and the ones after it, each at --offset (one librdkafka consumer "
-                 "of them all); --max-bytes still bounds the whole response")
+                 "each request lists this many partitions, --partition and the ones after it, "
+                 "each at --offset (one consumer of them all; with --incremental-sessions, the "
+                 "request that opens a session and those that list partitions); --max-bytes "
+                 "still bounds the whole response")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   bool sessionless_v11 = false;
@@ -173,10 +173,8 @@ int main(int argc, char** argv) {
                "without --incremental-sessions: Fetch v11 with session id 0 and epoch -1, as "
                "librdkafka sends (else v4)");
   CLI11_PARSE(app, argc, argv);
-  if (incremental_sessions && (partitions != 1 || sessionless_v11)) {
-    std::fprintf(stderr,
-                 "tiered-broker-load: --partitions-per-fetch and --sessionless-v11 are for "
-                 "sessionless fetches\n");
+  if (incremental_sessions && sessionless_v11) {
+    std::fprintf(stderr, "tiered-broker-load: --sessionless-v11 is for sessionless fetches\n");
     return 2;
   }
   uint64_t sent = 0;
@@ -187,7 +185,7 @@ int main(int argc, char** argv) {
     if (incremental_sessions) {
       const SessionFields session{c.session_id, c.next_epoch, !unchanged || c.next_epoch == 0};
       churned = fetch_request(client_id, topic, partition, offset, max_wait_ms, max_bytes,
-                              c.correlation, &session);
+                              c.correlation, &session, partitions);
       ++c.correlation;
       return churned;
     }
