@@ -473,6 +473,7 @@ class Broker {
   void join_group(Request& r, Reader& rd);
   void sync_group(Request& r, Reader& rd);
   void heartbeat(Request& r, Reader& rd);
+  void produce_dropped(Request& r);
   void leave_group(Request& r, Reader& rd);
   void offset_commit(Request& r, Reader& rd);
   void offset_fetch(Request& r, Reader& rd);
@@ -517,6 +518,7 @@ class Broker {
 
   std::atomic<uint64_t> api_version_counts_[19][18] = {};  // [api key][version], for /stats
   std::atomic<uint64_t> stat_sasl_[2] = {0, 0};            // SASL/PLAIN authentications ok, failed
+  std::atomic<uint64_t> stat_produces_dropped_{0};         // --accept-produce
   std::atomic<uint64_t> stat_requests_{0}, stat_fetches_{0}, stat_remote_reads_{0},
       stat_remote_timeouts_{0}, stat_local_bytes_{0}, stat_remote_bytes_{0};
   std::atomic<uint64_t> stat_plaintext_reads_{0};  // reads of client connections that got bytes
@@ -1000,6 +1002,7 @@ nlohmann::json Broker::stats() {
       {"requests", stat_requests_.load()},
       {"plaintext_reads", stat_plaintext_reads_.load()},
       {"fetches", stat_fetches_.load()},
+      {"produces_dropped", stat_produces_dropped_.load()},
       {"sasl_authentications", {{"ok", stat_sasl_[0].load()}, {"failed", stat_sasl_[1].load()}}},
       {"remote_reads", stat_remote_reads_.load()},
       {"remote_read_timeouts", stat_remote_timeouts_.load()},
@@ -1016,6 +1019,9 @@ void Broker::handle(Request& r) {
   if (r.api_key == api::kApiVersions) return api_versions(r, rd);
   if (is_sasl(r.api_key) && config_.sasl_plain_users.empty())
     throw WireError("SASL is not enabled (--sasl-plain)");
+  if (r.api_key == api::kProduce && config_.accept_produce && r.api_version >= 3 &&
+      r.api_version <= 8)
+    return produce_dropped(r);
   if (r.api_version < a->min || r.api_version > advertised_max(*a) || r.api_key == api::kProduce)
     throw WireError("unsupported version " + std::to_string(r.api_version));
   switch (r.api_key) {
@@ -1877,6 +1883,15 @@ void Broker::sync_group(Request& r, Reader& rd) {
     return send_sync(g, d, 0, m.assignment);
   }
   m.pending_sync = d;
+}
+
+// --accept-produce: the records are dropped unread, and the answer lists no topic.
+void Broker::produce_dropped(Request& r) {
+  stat_produces_dropped_++;
+  ResponseBuilder b(r.correlation_id, false, false);
+  b.w.i32(0);  // responses
+  b.w.i32(0);  // throttle_time_ms
+  respond(b.finish(r.conn));
 }
 
 void Broker::heartbeat(Request& r, Reader& rd) {

@@ -31,6 +31,9 @@ struct BrokerConfig {
   int handler_threads = 4;
   int remote_reader_threads = 4;
   bool all_remote_partitions = false;  // Kafka 4.2: every remote partition of a fetch is read
+  // Answer Produce v3-8 with an empty response and drop its records (a load for the capture's
+  // receive path; nothing is appended). Off: Produce is refused, as ever.
+  bool accept_produce = false;
   int remote_fetch_max_wait_ms = 500;
   int group_initial_delay_ms = 3000;  // group.initial.rebalance.delay.ms
   int node_id = 1;

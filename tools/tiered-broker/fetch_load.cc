@@ -84,6 +84,29 @@ std::string fetch_request(const std::string& client_id, const std::string& topic
   return std::move(w.buf());
 }
 
+// A Produce v3 request of `size` bytes in all (at least 64), acks 1, one partition's records
+// a filler: for a broker run with --accept-produce, which drops them unread.
+std::string produce_request(const std::string& client_id, const std::string& topic, int partition,
+                            size_t size) {
+  tb::Writer w;
+  w.i32(0);
+  w.i16(0);  // Produce
+  w.i16(3);
+  w.i32(1);
+  w.string(client_id);
+  w.i16(-1);  // transactional id: null
+  w.i16(1);   // acks
+  w.i32(1000);
+  w.i32(1);
+  w.string(topic);
+  w.i32(1);
+  w.i32(partition);
+  const size_t head = w.size() + 4;
+  w.bytes(std::string(size > head ? size - head : 0, 'p'));
+  w.put_i32_at(0, int32_t(w.size() - 4));
+  return std::move(w.buf());
+}
+
 // The one request of a run without churn, built once.
 const std::string& req_fixed(const std::string& client_id, const std::string& topic, int partition,
                              int64_t offset, int32_t max_wait_ms, int32_t max_bytes,
@@ -168,6 +191,11 @@ int main(int argc, char** argv) {
                  "still bounds the whole response")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
+  size_t produce_bytes = 0;
+  app.add_option("--produce-bytes", produce_bytes,
+                 "send Produce requests of this many bytes instead of fetches (a broker run with "
+                 "--accept-produce answers them; fetchcost's receive path on large requests)")
+      ->capture_default_str();
   bool sessionless_v11 = false;
   app.add_flag("--sessionless-v11", sessionless_v11,
                "without --incremental-sessions: Fetch v11 with session id 0 and epoch -1, as "
@@ -180,8 +208,11 @@ int main(int argc, char** argv) {
   uint64_t sent = 0;
   const SessionFields v11_sessionless{0, -1, true};
   const SessionFields* sessionless = sessionless_v11 ? &v11_sessionless : nullptr;
+  const std::string produce =
+      produce_bytes ? produce_request(client_id, topic, partition, produce_bytes) : "";
   auto next_request = [&](Conn& c) -> const std::string& {
     static std::string churned;
+    if (!produce.empty()) return produce;
     if (incremental_sessions) {
       const SessionFields session{c.session_id, c.next_epoch, !unchanged || c.next_epoch == 0};
       churned = fetch_request(client_id, topic, partition, offset, max_wait_ms, max_bytes,

@@ -151,6 +151,9 @@ int main(int argc, char** argv) {
   app.add_option("--remote-reader-threads", bc.remote_reader_threads,
                  "remote-log-reader pool size (remote.log.reader.threads)")
       ->capture_default_str();
+  app.add_flag("--accept-produce", bc.accept_produce,
+               "answer Produce v3-8 with an empty response and drop its records (a load for "
+               "fetchcost's receive path; nothing is appended)");
   app.add_flag("--kafka-4-2", bc.all_remote_partitions,
                "read every remote partition of a fetch (Kafka 4.2); default: one per fetch "
                "(Kafka 3.6-4.1)");
