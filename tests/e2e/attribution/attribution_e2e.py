@@ -126,9 +126,10 @@ def main():
                     help="at the end, a real librdkafka consumer (kcat) of a 64-partition topic "
                          "at its end: its 1.9 KiB sessionless fetches must be left out as quiet")
     ap.add_argument("--wide-remote-consumer", action="store_true",
-                    help="one more tenant, a real librdkafka consumer (kcat) of a 160-partition "
-                         "topic from its start: its 4.5 KiB fetch requests must be captured "
-                         "whole, or the GETs of the partitions listed last go unattributed")
+                    help="two more tenants reading a 160-partition topic from its start, a real "
+                         "librdkafka consumer (kcat) and a Java-like one (a fetch session): their "
+                         "4.5 KiB fetch requests must be captured whole, or the GETs of the "
+                         "partitions listed last go unattributed")
     ap.add_argument("--read-size-prefix-first", action="store_true",
                     help="the broker reads each request as a JVM broker does, its size prefix "
                          "first: the capture joins the two reads, and the figures must still "
@@ -406,7 +407,7 @@ def main():
             if gets < 160 or java_gets < 20:
                 fail(f"the consumers of 160 partitions made {gets} and {java_gets} GETs: "
                      "nothing was tested")
-            # Its requests were captured whole: none decoded with part of it missing.
+            # Their requests were captured whole: none decoded with part of it missing.
             truncated = get_json(base + "/api/v1/status")["kafka_decoder"]["requests_truncated"]
             with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
                 exported = [line for line in r.read().decode().splitlines()
