@@ -457,7 +457,7 @@ struct Service::Impl {
       m.reads_unattributed = a.reads_unattributed;
       const auto s = pipe->stats();
       m.parse_errors["kafka"] = s.kafka_parse_errors;
-      m.parse_errors["http"] = s.http_resyncs;
+      m.parse_errors["http"] = s.http.resyncs;
       m.kafka_requests_truncated = s.kafka_requests_truncated;
     }
     return m;
@@ -665,6 +665,15 @@ struct Service::Impl {
                                 {"resyncs", s.kafka_resyncs},
                                 {"session_misses", s.kafka_session_misses},
                                 {"session_partitions_capped", s.kafka_session_partitions_capped}};
+        // What the object-store connections' holes cost: GETs whose request or response the
+        // capture missed go unattributed (orphan responses) or count as failed (unanswered).
+        doc["object_store_http"] = {{"requests", s.http.requests},
+                                    {"responses", s.http.responses},
+                                    {"resyncs", s.http.resyncs},
+                                    {"orphan_responses", s.http.orphan_responses},
+                                    {"unanswered", s.http.unanswered},
+                                    {"retried_requests", s.http.retried_requests},
+                                    {"dropped_requests", s.http.dropped_requests}};
         const auto& a = pipe->attribution_counters();
         doc["attribution"] = {{"fetches_tracked", a.fetches_tracked},
                               {"pending_evicted", a.pending_evicted}};

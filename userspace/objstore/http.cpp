@@ -443,6 +443,7 @@ struct HttpConnection::Impl {
   }
 
   void emit_unanswered(PendingRequest& request, std::uint64_t timestamp_ns) {
+    ++stats.unanswered;
     ObjectGet get;
     get.connection = connection;
     take_request(get, std::move(request));

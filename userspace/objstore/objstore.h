@@ -146,6 +146,18 @@ struct HttpStats {
   std::uint64_t orphan_responses = 0;  // responses without a matching request seen
   std::uint64_t dropped_requests = 0;  // beyond max_pipelined_requests
   std::uint64_t retried_requests = 0;  // unanswered requests the client sent again elsewhere
+  std::uint64_t unanswered = 0;        // requests whose response was never seen: failed GETs
+
+  HttpStats& operator+=(const HttpStats& o) {
+    requests += o.requests;
+    responses += o.responses;
+    resyncs += o.resyncs;
+    orphan_responses += o.orphan_responses;
+    dropped_requests += o.dropped_requests;
+    retried_requests += o.retried_requests;
+    unanswered += o.unanswered;
+    return *this;
+  }
 };
 
 // Whether `retry` is a retry of the unanswered `request`: same thread, method, object and range,

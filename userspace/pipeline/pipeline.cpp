@@ -105,7 +105,7 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     std::uint64_t previous = 0;
   };
   std::unordered_map<std::uint32_t, HttpWriter> http_writers;
-  std::uint64_t http_retried_requests = 0;
+  objstore::HttpStats http_closed;  // of the HTTP connections closed for good
   // HTTP connections closed with requests unanswered: kept a moment, as their client may retry them
   // elsewhere (one GET, not two); closed for good after kClosingHoldNs or at finish().
   struct Closing {
@@ -290,14 +290,20 @@ struct Pipeline::Impl : kafka::Sink, attribution::Sink {
     objstore::HttpConnection* now = http_of(id);
     if (!old || !now || old == now) return;
     if (auto request = now->newest_pending(); request && request->thread_id == thread_id)
-      http_retried_requests += old->forget_retried(*request);
+      old->forget_retried(*request);
     if (reader_thread_name(thread_name)) old->abandon(thread_id, time_ns);
+  }
+
+  // Closes an HTTP connection for good; its counts go to http_closed.
+  void close_http(std::unique_ptr<objstore::HttpConnection> http, std::uint64_t time_ns) {
+    http->close(time_ns);
+    http_closed += http->stats();
   }
 
   void expire_closing(std::uint64_t now, bool all) {
     for (auto it = closing.begin(); it != closing.end();) {
       if (all || now >= it->second.closed_ns + kClosingHoldNs) {
-        it->second.http->close(it->second.closed_ns);
+        close_http(std::move(it->second.http), it->second.closed_ns);
         it = closing.erase(it);
       } else {
         ++it;
@@ -535,10 +541,10 @@ void Pipeline::close(std::uint64_t connection, std::uint64_t time_ns) {
   if (conn.cycles) conn.cycles->close(time_ns);
   if (conn.http && conn.http->has_pending()) {
     auto& held = impl_->closing[connection];
-    if (held.http) held.http->close(held.closed_ns);  // the id was reused meanwhile
+    if (held.http) impl_->close_http(std::move(held.http), held.closed_ns);  // id reused meanwhile
     held = {std::move(conn.http), time_ns};
   } else if (conn.http) {
-    conn.http->close(time_ns);
+    impl_->close_http(std::move(conn.http), time_ns);
   }
   if (conn.tls) conn.tls->close();
   if (conn.tls || conn.cycles) impl_->flushed_when_idle.erase(connection);
@@ -595,7 +601,10 @@ PipelineStats Pipeline::stats() const {
   s.kafka_resyncs = kafka.resyncs;
   s.kafka_session_misses = kafka.session_misses;
   s.kafka_session_partitions_capped = kafka.session_partitions_capped;
-  s.http_retried_requests = impl_->http_retried_requests;
+  s.http = impl_->http_closed;
+  for (const auto& [id, conn] : impl_->conns)
+    if (conn.http) s.http += conn.http->stats();
+  for (const auto& [id, held] : impl_->closing) s.http += held.http->stats();
   return s;
 }
 

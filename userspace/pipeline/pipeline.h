@@ -22,6 +22,7 @@
 #include "attribution/attribution.h"
 #include "cost/cost.h"
 #include "export/export.h"
+#include "objstore/objstore.h"
 #include "pipeline/endpoints.h"
 #include "sensors/sensors.h"
 
@@ -90,14 +91,14 @@ struct PipelineStats {
   std::uint64_t opaque_kafka_cycles = 0;       // their request/response cycles
   std::uint64_t object_reads = 0;
   std::uint64_t opaque_cycles_not_reads = 0;  // estimated cycles written by non-reader threads
-  std::uint64_t http_retried_requests = 0;    // unanswered requests retried on another connection
   std::uint64_t kafka_parse_errors = 0;
   std::uint64_t kafka_frames_truncated = 0;    // decoded with part of the frame in a capture hole
   std::uint64_t kafka_requests_truncated = 0;  // ... of them requests
   std::uint64_t kafka_resyncs = 0;             // framing lost and found again
   std::uint64_t kafka_session_misses = 0;      // incremental fetches of a session never seen
   std::uint64_t kafka_session_partitions_capped = 0;  // kafka::Counters
-  std::uint64_t http_resyncs = 0;
+  // Object-store HTTP exchanges, summed over every connection (closed ones included).
+  objstore::HttpStats http;
 };
 
 class Pipeline {

@@ -394,6 +394,12 @@ def main():
         if (skipped > 0) != (args.transport == "openssl"):
             fail(f"{skipped} socket calls of TLS-probed connections skipped with the "
                  f"{args.transport} transport")
+        # What the capture lost or could not parse, to tell a failure's cause below.
+        health = get_json(base + "/api/v1/status")
+        print("capture health:", json.dumps({
+            k: health.get(k) for k in ("drops", "object_store_http", "kafka_decoder",
+                                       "attribution", "drain")} | {
+            "spool_peak_bytes": health["ring_reader"]["spool_peak_bytes"]}))
         print("ledger  ", json.dumps({f"{c}/{t}": v for (c, t), v in sorted(truth.items())}))
         print("fetchcost", json.dumps({f"{c}/{t}": v for (c, t), v in sorted(seen.items())}))
         if not truth or sum(v[0] for v in truth.values()) == 0:
