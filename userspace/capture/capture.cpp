@@ -210,6 +210,11 @@ struct Capture::Impl {
   std::atomic<int> reader_error{0};      // a negative errno from reading the rings
   std::atomic<std::uint64_t> passes{0};  // the reader's passes that moved records
   std::atomic<bool> in_pass{false};      // the reader is between its first ring read and publish
+  // The start of the reader's last published pass: every record committed before it is in the
+  // spool or beyond (see Capture::handed_through_ns).
+  std::atomic<std::uint64_t> published_through_ns{0};
+  std::uint64_t idle_through_ns = 0;    // drain: when flush() last found every ring empty
+  std::uint64_t handed_through_ns = 0;  // drain: what poll() handed on, Capture::handed_through_ns
   std::atomic<std::uint64_t> flushes_skipped{0};  // flush() found the rings empty, no pass asked
   // flush(): the drain asks for a pass now (kick_fd, in wait_fd) and waits until a
   // pass that began after its request (kicks) is done (covered).
@@ -396,9 +401,11 @@ struct Capture::Impl {
       }
       const std::uint64_t asked = kicks.load();
       const std::uint64_t pushed = spool.pushed();
+      const std::uint64_t pass_start = monotonic_ns();
       in_pass = true;
       const int r = read_rings();
       spool.publish();
+      published_through_ns.store(pass_start, std::memory_order_release);
       in_pass = false;
       flowing = spool.pushed() != pushed;
       if (flowing) passes.fetch_add(1, std::memory_order_relaxed);
@@ -423,9 +430,11 @@ struct Capture::Impl {
     // published (checked after the rings: such a pass would have emptied them first), leave
     // nothing to ask for. An idle fetchcostd's drain asked each time it had waited 100 ms: half
     // of its wakeups and its ring reader's (each about 90 us of CPU on a VM).
+    const std::uint64_t checked = monotonic_ns();
     if (std::all_of(readers.begin(), readers.end(), [](const auto& r) { return r->empty(); }) &&
         !in_pass) {
       flushes_skipped.fetch_add(1, std::memory_order_relaxed);
+      idle_through_ns = checked;  // every record before it is published, so taken next
       return;
     }
     const std::uint64_t ask = kicks.fetch_add(1) + 1;
@@ -900,9 +909,17 @@ Result<int> Capture::poll(int timeout_ms) {
   // drain reading them itself would.
   if (impl_->spool.held_bytes() == 0) impl_->flush();
   impl_->drain_away_since_ns.store(Impl::monotonic_ns(), std::memory_order_relaxed);
+  // Loaded before the take: the pass it names published before, so its records are taken now.
+  const std::uint64_t through =
+      std::max(impl_->published_through_ns.load(std::memory_order_acquire), impl_->idle_through_ns);
   const std::size_t n = impl_->spool.take(
       [this](const void* data, std::size_t size) { impl_->handle_sample(data, size); });
+  impl_->handed_through_ns = std::max(impl_->handed_through_ns, through);
   return static_cast<int>(n);
+}
+
+std::uint64_t Capture::handed_through_ns() const {
+  return impl_->handed_through_ns;
 }
 
 std::vector<Counters> Capture::per_cpu() const {

@@ -267,6 +267,14 @@ class Capture {
   // Waits up to timeout_ms for records, then hands every record the ring reader thread has
   // moved out of the ring buffers to the handler. Returns how many, or an error.
   Result<int> poll(int timeout_ms);
+  // Every record stamped (monotonic clock) before this time has been handed to the handler by
+  // the polls so far, or was dropped: the start of the ring reader's last pass those polls
+  // took, or when a poll found the rings empty and no pass under way. A consumer that orders
+  // the records of all CPUs may release what is older (less the microseconds between a
+  // program's timestamp and its record's commit), never "now": records a later pass brings
+  // may be stamped before the time of this poll (the drain took long decoding, or the reader
+  // was late), and handed on after later ones they would pair a response with no request.
+  std::uint64_t handed_through_ns() const;
 
   // Processes that ran a new program (exec) since the last call, from the exec hook, for the
   // search for targets; nullopt when some may be missing (more than Options::execs_kept in

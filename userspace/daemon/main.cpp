@@ -577,7 +577,7 @@ int main(int argc, char** argv) {
     if (duration_s > 0 && now - start >= std::chrono::duration<double>(duration_s)) break;
     if (!capture) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      (*service)->tick(monotonic_ns());
+      (*service)->tick(monotonic_ns(), monotonic_ns());  // no capture: nothing on its way
       continue;
     }
     if (now - last_scan >= std::chrono::seconds(1)) {
@@ -603,7 +603,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "fetchcostd: warning: %s\n", s.drain_priority_error.c_str());
       (*service)->set_capture_status(s);  // the status taken before it said neither
     }
-    behind = (*service)->tick(monotonic_ns());
+    behind = (*service)->tick(monotonic_ns(), capture->handed_through_ns());
   }
   if (capture) {
     (void)capture->poll(0);

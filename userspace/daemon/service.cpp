@@ -844,7 +844,7 @@ void Service::on_event(const capture::EventView& event) {
   if (impl_->enabled) impl_->window.hold(event);
 }
 
-bool Service::tick(std::uint64_t now_ns) {
+bool Service::tick(std::uint64_t now_ns, std::uint64_t handed_through_ns) {
   const auto wait_start = std::chrono::steady_clock::now();
   std::lock_guard lock(impl_->mutex);
   const auto locked = std::chrono::steady_clock::now();
@@ -852,12 +852,16 @@ bool Service::tick(std::uint64_t now_ns) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(locked - wait_start).count());
   impl_->drain_wait_ns += waited;
   impl_->drain_wait_max_ns = std::max(impl_->drain_wait_max_ns, waited);
+  // Not "now": a record stamped before it may still be in a ring (a decoding pass took longer
+  // than the window, or the reader was late); handed on after later ones, an object-store
+  // response would find no request, and a GET no fetch.
+  const std::uint64_t settled = std::min(now_ns, handed_through_ns);
   const bool behind =
-      impl_->release(now_ns > kReorderWindowNs ? now_ns - kReorderWindowNs : 0, true);
+      impl_->release(settled > kReorderWindowNs ? settled - kReorderWindowNs : 0, true);
   // Behind, the window still holds records that may fill the gaps a sweep would close.
   if (!behind && now_ns >= impl_->next_sweep_ns) {
     const auto sweep_start = std::chrono::steady_clock::now();
-    impl_->pipe->tick(now_ns);
+    impl_->pipe->tick(settled);
     const auto swept =
         static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                        std::chrono::steady_clock::now() - sweep_start)

@@ -25,9 +25,11 @@ class Service {
   // an earlier one on another.
   void on_event(const capture::EventView& event);
   // Periodic (every poll): releases ordered records, expires state, saves the ledger now and then.
-  // Returns true when it stopped with records still due (poll the rings without waiting, then
-  // tick again).
-  bool tick(std::uint64_t monotonic_now_ns);
+  // `handed_through_ns`: every record stamped before it has reached on_event (the capture's
+  // Capture::handed_through_ns); only records older than that, by the reorder window, are
+  // released. Returns true when it stopped with records still due (poll the rings without
+  // waiting, then tick again).
+  bool tick(std::uint64_t monotonic_now_ns, std::uint64_t handed_through_ns);
   // Capture status for /api/v1/status and the self-metrics.
   void set_capture_status(const capture::Status& status);
   bool attribution_enabled() const;
