@@ -405,7 +405,9 @@ struct Capture::Impl {
       in_pass = true;
       const int r = read_rings();
       spool.publish();
-      published_through_ns.store(pass_start, std::memory_order_release);
+      // Only a pass that emptied every ring has every record committed before it: one cut short
+      // (its turns used up, the spool full) may leave older records than those it took.
+      if (r == 0) published_through_ns.store(pass_start, std::memory_order_release);
       in_pass = false;
       flowing = spool.pushed() != pushed;
       if (flowing) passes.fetch_add(1, std::memory_order_relaxed);
