@@ -38,6 +38,18 @@ struct SessionFields {
   bool lists_partition = true;
 };
 
+// A request's size prefix (0 until the request is written: put_i32_at fills it in) and header.
+tb::Writer request_header(int16_t api_key, int16_t version, int32_t corr,
+                          const std::string& client_id) {
+  tb::Writer w;
+  w.i32(0);
+  w.i16(api_key);
+  w.i16(version);
+  w.i32(corr);
+  w.string(client_id);
+  return w;
+}
+
 // A Fetch request of `partitions` partitions from `partition` on, each at `offset` (a consumer
 // of many partitions on one broker; the response's max bytes still bound the whole answer): v4
 // without `session`, else v11 in it (id 0 and epoch -1: v11 without a session, as librdkafka
@@ -47,13 +59,8 @@ struct SessionFields {
 std::string fetch_request(const std::string& client_id, const std::string& topic, int partition,
                           int64_t offset, int32_t max_wait_ms, int32_t max_bytes, int32_t corr,
                           const SessionFields* session = nullptr, int partitions = 1) {
-  tb::Writer w;
-  w.i32(0);
-  w.i16(1);  // Fetch
-  w.i16(session ? 11 : 4);
-  w.i32(corr);
-  w.string(client_id);
-  w.i32(-1);  // replica id
+  tb::Writer w = request_header(1, session ? 11 : 4, corr, client_id);  // Fetch
+  w.i32(-1);                                                            // replica id
   w.i32(max_wait_ms);
   w.i32(1);  // min bytes
   w.i32(max_bytes);
@@ -88,14 +95,9 @@ std::string fetch_request(const std::string& client_id, const std::string& topic
 // a filler: for a broker run with --accept-produce, which drops them unread.
 std::string produce_request(const std::string& client_id, const std::string& topic, int partition,
                             size_t size) {
-  tb::Writer w;
-  w.i32(0);
-  w.i16(0);  // Produce
-  w.i16(3);
-  w.i32(1);
-  w.string(client_id);
-  w.i16(-1);  // transactional id: null
-  w.i16(1);   // acks
+  tb::Writer w = request_header(0, 3, 1, client_id);  // Produce v3
+  w.i16(-1);                                          // transactional id: null
+  w.i16(1);                                           // acks
   w.i32(1000);
   w.i32(1);
   w.string(topic);

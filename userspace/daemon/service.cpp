@@ -35,7 +35,8 @@
 namespace fc::daemon {
 namespace {
 
-constexpr std::uint64_t kReorderWindowNs = 5'000'000;  // records older than this are settled
+constexpr std::uint64_t kReorderWindowNs = 5'000'000;     // records older than this are settled
+constexpr std::uint64_t kMaxSettleLagNs = 1'000'000'000;  // see Service::tick
 constexpr std::uint64_t kLedgerSaveIntervalNs = 10'000'000'000;
 constexpr std::uint64_t kBudgetIntervalNs = 1'000'000'000;
 // A sweep (Pipeline::tick: gaps, timeouts, idle flushes) walked every connection, 10-20 ms with
@@ -854,8 +855,11 @@ bool Service::tick(std::uint64_t now_ns, std::uint64_t handed_through_ns) {
   impl_->drain_wait_max_ns = std::max(impl_->drain_wait_max_ns, waited);
   // Not "now": a record stamped before it may still be in a ring (a decoding pass took longer
   // than the window, or the reader was late); handed on after later ones, an object-store
-  // response would find no request, and a GET no fetch.
-  const std::uint64_t settled = std::min(now_ns, handed_through_ns);
+  // response would find no request, and a GET no fetch. At most kMaxSettleLagNs behind, though:
+  // rings that never empty (an overload that drops records anyway) must not hold records here
+  // without bound.
+  const std::uint64_t settled = std::max(std::min(now_ns, handed_through_ns),
+                                         now_ns > kMaxSettleLagNs ? now_ns - kMaxSettleLagNs : 0);
   const bool behind =
       impl_->release(settled > kReorderWindowNs ? settled - kReorderWindowNs : 0, true);
   // Behind, the window still holds records that may fill the gaps a sweep would close.
