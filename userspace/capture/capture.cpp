@@ -207,9 +207,10 @@ struct Capture::Impl {
   Spool spool{kSpoolBytes};
   std::thread reader;
   std::atomic<bool> stop_reader{false};
-  std::atomic<int> reader_error{0};      // a negative errno from reading the rings
-  std::atomic<std::uint64_t> passes{0};  // the reader's passes that moved records
-  std::atomic<bool> in_pass{false};      // the reader is between its first ring read and publish
+  std::atomic<int> reader_error{0};           // a negative errno from reading the rings
+  std::atomic<std::uint64_t> passes{0};       // the reader's passes that moved records
+  std::atomic<std::uint64_t> pass_max_ns{0};  // Status::reader_pass_max_seconds
+  std::atomic<bool> in_pass{false};  // the reader is between its first ring read and publish
   // The start of the reader's last published pass: every record committed before it is in the
   // spool or beyond (see Capture::handed_through_ns).
   std::atomic<std::uint64_t> published_through_ns{0};
@@ -409,6 +410,9 @@ struct Capture::Impl {
       // (its turns used up, the spool full) may leave older records than those it took.
       if (r == 0) published_through_ns.store(pass_start, std::memory_order_release);
       in_pass = false;
+      if (const std::uint64_t took = monotonic_ns() - pass_start;
+          took > pass_max_ns.load(std::memory_order_relaxed))
+        pass_max_ns.store(took, std::memory_order_relaxed);
       flowing = spool.pushed() != pushed;
       if (flowing) passes.fetch_add(1, std::memory_order_relaxed);
       {
@@ -1045,6 +1049,8 @@ Status Capture::status() const {
   s.spool_bytes = impl_->spool.held_bytes();
   s.spool_peak_bytes = impl_->spool.peak_bytes();
   s.reader_passes = impl_->passes.load(std::memory_order_relaxed);
+  s.reader_pass_max_seconds =
+      static_cast<double>(impl_->pass_max_ns.load(std::memory_order_relaxed)) / 1e9;
   s.idle_polls = impl_->flushes_skipped.load(std::memory_order_relaxed);
   s.spool_limit_bytes = impl_->spool.max_bytes();
   s.drain_yields = impl_->drain_tid.load() != 0;

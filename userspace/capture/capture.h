@@ -227,6 +227,10 @@ struct Status {
   // most at once, and the limit, past which the rings fill and drop).
   std::size_t spool_bytes = 0, spool_peak_bytes = 0, spool_limit_bytes = 0;
   std::uint64_t reader_passes = 0;  // the reader's passes that moved records (one drain pass each)
+  // The longest pass of the ring reader (wall time): a real-time thread copying records takes
+  // microseconds to milliseconds; far more means it waited (on memory, on a lock) while the
+  // rings filled.
+  double reader_pass_max_seconds = 0;
   // poll() calls that waited for records in vain and found the rings empty: no pass asked of
   // the reader (an idle capture's, mostly).
   std::uint64_t idle_polls = 0;

@@ -627,6 +627,7 @@ struct Service::Impl {
                             {"spool_peak_bytes", capture_status.spool_peak_bytes},
                             {"spool_limit_bytes", capture_status.spool_limit_bytes},
                             {"passes", capture_status.reader_passes},
+                            {"pass_max_seconds", capture_status.reader_pass_max_seconds},
                             {"idle_polls", capture_status.idle_polls},
                             {"wakeup_bytes", capture_status.wakeup_bytes},
                             {"wakeups", capture_status.totals.wakeups}};

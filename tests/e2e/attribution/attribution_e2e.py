@@ -399,11 +399,17 @@ def main():
         print("capture health:", json.dumps({
             k: health.get(k) for k in ("drops", "object_store_http", "kafka_decoder",
                                        "attribution", "drain")} | {
-            "spool_peak_bytes": health["ring_reader"]["spool_peak_bytes"]}))
+            k: health["ring_reader"].get(k) for k in ("spool_peak_bytes", "pass_max_seconds")}))
         print("ledger  ", json.dumps({f"{c}/{t}": v for (c, t), v in sorted(truth.items())}))
         print("fetchcost", json.dumps({f"{c}/{t}": v for (c, t), v in sorted(seen.items())}))
         if not truth or sum(v[0] for v in truth.values()) == 0:
             fail("the scenario made no remote reads: nothing was tested")
+        if args.transport in ("http", "openssl"):
+            # The object-store exchanges fetchcostd parsed, against the simulator's GETs (its
+            # uploads are requests too): every response found its request.
+            http, ledger_gets = health["object_store_http"], sum(v[1] for v in truth.values())
+            if min(http["requests"], http["responses"]) < ledger_gets or http["orphan_responses"]:
+                fail(f"object-store exchanges {http} for the ledger's {ledger_gets} GETs")
         if args.session_tenant and truth.get(("sessions-java", "scan"), (0, 0, 0))[1] == 0:
             fail("the fetch-session tenant made no GET: nothing was tested")
         if args.wide_remote_consumer:
