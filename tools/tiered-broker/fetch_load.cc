@@ -59,8 +59,9 @@ tb::Writer request_header(int16_t api_key, int16_t version, int32_t corr,
 std::string fetch_request(const std::string& client_id, const std::string& topic, int partition,
                           int64_t offset, int32_t max_wait_ms, int32_t max_bytes, int32_t corr,
                           const SessionFields* session = nullptr, int partitions = 1) {
-  tb::Writer w = request_header(1, session ? 11 : 4, corr, client_id);  // Fetch
-  w.i32(-1);                                                            // replica id
+  // Fetch v4, or v11 in a session.
+  tb::Writer w = request_header(1, session ? 11 : 4, corr, client_id);
+  w.i32(-1);  // replica id
   w.i32(max_wait_ms);
   w.i32(1);  // min bytes
   w.i32(max_bytes);
@@ -95,9 +96,10 @@ std::string fetch_request(const std::string& client_id, const std::string& topic
 // a filler: for a broker run with --accept-produce, which drops them unread.
 std::string produce_request(const std::string& client_id, const std::string& topic, int partition,
                             size_t size) {
-  tb::Writer w = request_header(0, 3, 1, client_id);  // Produce v3
-  w.i16(-1);                                          // transactional id: null
-  w.i16(1);                                           // acks
+  // Produce v3.
+  tb::Writer w = request_header(0, 3, 1, client_id);
+  w.i16(-1);  // transactional id: null
+  w.i16(1);   // acks
   w.i32(1000);
   w.i32(1);
   w.string(topic);
