@@ -399,7 +399,10 @@ def main():
         print("capture health:", json.dumps({
             k: health.get(k) for k in ("drops", "object_store_http", "kafka_decoder",
                                        "attribution", "drain")} | {
-            k: health["ring_reader"].get(k) for k in ("spool_peak_bytes", "pass_max_seconds")}))
+            k: health["ring_reader"].get(k) for k in ("spool_peak_bytes", "pass_max_seconds")} | {
+            # The simulator's remote reads that outlived their fetch (remote.fetch.max.wait.ms):
+            # their GETs come after the answer.
+            "broker_remote_read_timeouts": world.admin("/stats").get("remote_read_timeouts")}))
         print("ledger  ", json.dumps({f"{c}/{t}": v for (c, t), v in sorted(truth.items())}))
         print("fetchcost", json.dumps({f"{c}/{t}": v for (c, t), v in sorted(seen.items())}))
         if not truth or sum(v[0] for v in truth.values()) == 0:
