@@ -577,7 +577,8 @@ int main(int argc, char** argv) {
     if (duration_s > 0 && now - start >= std::chrono::duration<double>(duration_s)) break;
     if (!capture) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      (*service)->tick(monotonic_ns(), monotonic_ns());  // no capture: nothing on its way
+      const std::uint64_t now_ns = monotonic_ns();
+      (*service)->tick(now_ns, now_ns);  // no capture: nothing on its way
       continue;
     }
     if (now - last_scan >= std::chrono::seconds(1)) {
