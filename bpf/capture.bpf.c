@@ -1318,19 +1318,41 @@ static __always_inline int fetch_key_at(__u64 key) {
   return bpf_probe_read_user(&k, sizeof(k), (const void*)key) == 0 && k == bpf_htons(1);
 }
 
-/* A Kafka client's receive of `ret` bytes at `buf`, more than the `want` its policy captures:
- * if it starts a Fetch request (its size prefix, then API key 1; or, read after a size prefix
- * read alone as a JVM broker reads, the API key first), up to FC_MAX_CAPTURE of it, else `want`.
- * Attribution must know every partition a fetch lists, and a librdkafka consumer lists all it
- * reads on the broker in one request (29 bytes each in v11: 4 KiB is about 140). Other requests
- * past the cap are mostly Produce requests, whose records no decoder reads. Bytes that only look
- * like a Fetch header (a request read from its middle) are captured further: no harm. */
+/* Frames fetch_among_requests follows at most: a receive that starts with a burst of small
+ * requests (kcat's ListOffsets, 52 bytes each: 111 of them and its first Fetch came in one 7 KiB
+ * segment) fits, and a walk costs at most this many 8-byte reads. */
+#define FC_FRAMES_WALKED 256
+
+/* Whether the first `limit` bytes at user address `buf` (a Kafka client's receive) start a Fetch
+ * request: read alone after its size prefix, as a JVM broker reads (the API key first), or
+ * framed, first or after other requests read with it (followed by their size prefixes). Bytes
+ * that only look like a Fetch header (a request read from its middle) are captured further: no
+ * harm. A global function: the verifier walks its loop once, not in every program. */
+__noinline int fetch_among_requests(__u64 buf, __u32 limit) {
+  __u32 at = 0;
+  for (int i = 0; i < FC_FRAMES_WALKED; i++) {
+    __u8 h[8];
+    if (limit < 8 || at > limit - 8 ||
+        bpf_probe_read_user(h, sizeof(h), (const void*)(buf + at)) != 0)
+      return 0;
+    if (h[4] == 0 && h[5] == 1 && h[6] == 0 && h[7] <= 17) return 1;
+    if (i == 0 && h[0] == 0 && h[1] == 1 && h[2] == 0 && h[3] <= 17) return 1;
+    const __u32 size = (__u32)h[0] << 24 | (__u32)h[1] << 16 | (__u32)h[2] << 8 | h[3];
+    if (size >= limit - at) return 0;
+    at += 4 + size;
+  }
+  return 0;
+}
+
+/* A Kafka client's receive of `ret` bytes at `buf`, more than the `want` its policy captures: up
+ * to FC_MAX_CAPTURE of it if a Fetch request starts in that much, else `want`. Attribution must
+ * know every partition a fetch lists, and a librdkafka consumer lists all it reads on the broker
+ * in one request (29 bytes each in v11: 4 KiB is about 140); a Fetch past the cut would lie
+ * wholly in the hole. Other requests past the cap are mostly Produce requests, whose records no
+ * decoder reads. */
 static __always_inline __u32 fetch_request_want(__u64 buf, __u32 ret, __u32 want) {
-  __u8 h[8];
-  if (bpf_probe_read_user(h, sizeof(h), (const void*)buf) != 0) return want;
-  const int framed = h[4] == 0 && h[5] == 1 && h[6] == 0 && h[7] <= 17;
-  const int after_prefix = h[0] == 0 && h[1] == 1 && h[2] == 0 && h[3] <= 17;
-  return framed || after_prefix ? min_u32(ret, FC_MAX_CAPTURE) : want;
+  const __u32 limit = min_u32(ret, FC_MAX_CAPTURE);
+  return fetch_among_requests(buf, limit) ? limit : want;
 }
 
 /* A receive of `ret` bytes at stream position `pos`, whose first `want` are at `buf`: held

@@ -124,6 +124,16 @@ std::string produce_request(std::int32_t correlation, std::size_t size) {
                         pattern(size - 14 - client.size(), unsigned(correlation)));
 }
 
+// `count` ListOffsets-sized requests (key 2, 52 bytes) numbered from `correlation`, and then,
+// with `fetch`, a sessionless Fetch of 35 partitions: what a client wrote in one segment.
+std::string burst(std::int32_t correlation, int count, bool fetch) {
+  std::string out;
+  for (int i = 0; i < count; ++i)
+    out += framed_request(2, 1, correlation + i, "kcat", std::string(34, 'o'));
+  if (fetch) out += fetch_request(11, correlation + count, 0, -1, true, 35);
+  return out;
+}
+
 // A response: a header of `head` bytes (its size prefix first) written with writev, then, if
 // `file` > 0, that many bytes of records by sendfile.
 struct Response {
@@ -239,10 +249,16 @@ std::vector<Exchange> exchanges() {
       // size prefix (700 partitions in v4, 11 KiB); a Produce request is cut at 4 KiB.
       {fetch_request(4, 23, 0, -1, true, 700), true, false, response(30, 0, 230)},
       {produce_request(24, 6000), false, false, response(30, 0, 240)},
+      // A burst of small requests read in one call with a Fetch behind them, as kcat's first
+      // ListOffsets requests and Fetch came (7 KiB): captured whole, the Fetch with them. A
+      // burst with no Fetch in it is cut at 4 KiB.
+      {burst(25, 111, true), false, false, response(30, 0, 250)},
+      {burst(137, 111, false), false, false, response(30, 0, 260)},
   });
 }
-const bool kQuiet[] = {true,  true,  false, false, false, true,  false, true,  true,  false, false,
-                       false, false, false, true,  true,  false, false, false, false, false, false};
+const bool kQuiet[] = {true,  true,  false, false, false, true,  false, true,
+                       true,  false, false, false, false, false, true,  true,
+                       false, false, false, false, false, false, false, false};
 
 // Then a client that pipelines: two sessionless fetches read before either is answered. The
 // first is held, the second's arrival reports it; the first's answer (its correlation id is not
@@ -481,9 +497,9 @@ TEST_CASE("quiet fetches are left out whole; a store send reports the held reque
     }
     if (r.common.conn_id == store && r.data.direction == FC_DIR_SEND) get_at.push_back(i);
   }
-  // Exchanges 3, 4, 5, 7, 10-14 and 17-22 (20 and 21 in two: a size prefix, its rest); the
+  // Exchanges 3, 4, 5, 7, 10-14 and 17-24 (20 and 21 in two: a size prefix, its rest); the
   // two pipelined.
-  REQUIRE(request_records.size() == 19);
+  REQUIRE(request_records.size() == 21);
   REQUIRE(get_at.size() == 4);
   CHECK(request_records[0]->payload == all[2].request);
   CHECK(request_records[0]->data.c.skipped_before == skipped_requests[0]);
@@ -508,8 +524,11 @@ TEST_CASE("quiet fetches are left out whole; a store send reports the held reque
   CHECK(request_records[15]->payload == all[20].request.substr(4));
   CHECK(request_records[16]->payload == all[21].request.substr(0, 4096));  // the port's policy
   CHECK(request_records[16]->data.length == all[21].request.size());
-  CHECK(request_records[17]->payload == pipelined()[0].request);
-  CHECK(request_records[18]->payload == pipelined()[1].request);
+  CHECK(request_records[17]->payload == all[22].request);  // the burst with a Fetch, whole
+  CHECK(request_records[18]->payload == all[23].request.substr(0, 4096));
+  CHECK(request_records[18]->data.length == all[23].request.size());
+  CHECK(request_records[19]->payload == pipelined()[0].request);
+  CHECK(request_records[20]->payload == pipelined()[1].request);
   CHECK(col.capture->totals().quiet_fetches == 7);
 
   // The close reports every byte, the quiet fetches' included.
