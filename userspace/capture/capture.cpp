@@ -16,7 +16,6 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -218,12 +217,12 @@ struct Capture::Impl {
   std::uint64_t handed_through_ns = 0;  // drain: what poll() handed on, Capture::handed_through_ns
   std::atomic<std::uint64_t> flushes_skipped{0};  // flush() found the rings empty, no pass asked
   // flush(): the drain asks for a pass now (kick_fd, in wait_fd) and waits until a
-  // pass that began after its request (kicks) is done (covered).
+  // pass that began after its request (kicks) is done (covered, then pass_done_fd). No lock:
+  // the reader must never wait for the drain, which may be preempted at SCHED_IDLE for seconds.
   int kick_fd = -1;
+  int pass_done_fd = -1;
   std::atomic<std::uint64_t> kicks{0};
-  std::uint64_t covered = 0;  // under pass_mutex
-  std::mutex pass_mutex;
-  std::condition_variable pass_done;
+  std::atomic<std::uint64_t> covered{0};
   bool reader_realtime = false;
   std::string reader_priority_error;
   // Options::drain_yields. drain_tid: the drain's thread, once it yields; drain_idle: it is at
@@ -267,6 +266,7 @@ struct Capture::Impl {
       sched_setscheduler(tid, SCHED_OTHER, &normal);
     }
     if (kick_fd >= 0) close(kick_fd);
+    if (pass_done_fd >= 0) close(pass_done_fd);
     targets.clear();  // uprobe links first
     syscall_links.clear();
     exec_link.reset();
@@ -415,11 +415,11 @@ struct Capture::Impl {
         pass_max_ns.store(took, std::memory_order_relaxed);
       flowing = spool.pushed() != pushed;
       if (flowing) passes.fetch_add(1, std::memory_order_relaxed);
-      {
-        std::lock_guard lock(pass_mutex);
-        covered = asked;
+      if (covered.exchange(asked) != asked) {
+        const std::uint64_t one = 1;
+        if (write(pass_done_fd, &one, sizeof one) < 0) { /* the counter is full: readable */
+        }
       }
-      pass_done.notify_all();
       steer_drain();
       if (r < 0) {
         reader_error = r;
@@ -447,8 +447,16 @@ struct Capture::Impl {
     const std::uint64_t one = 1;
     if (write(kick_fd, &one, sizeof one) < 0) { /* the counter is full: already kicked */
     }
-    std::unique_lock lock(pass_mutex);
-    pass_done.wait_for(lock, std::chrono::milliseconds(100), [&] { return covered >= ask; });
+    const std::uint64_t give_up = monotonic_ns() + 100'000'000;
+    while (covered.load() < ask) {
+      const std::uint64_t at = monotonic_ns();
+      if (at >= give_up) break;
+      pollfd done{pass_done_fd, POLLIN, 0};
+      ::poll(&done, 1, static_cast<int>((give_up - at + 999'999) / 1'000'000));
+      std::uint64_t count;
+      if (read(pass_done_fd, &count, sizeof count) < 0) { /* a timeout: nothing signalled */
+      }
+    }
   }
 
   void handle_sample(const void* data, std::size_t size) {
@@ -768,7 +776,8 @@ Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHand
   }
   impl->wait_fd = epoll_create1(EPOLL_CLOEXEC);
   impl->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (impl->wait_fd < 0 || impl->kick_fd < 0)
+  impl->pass_done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (impl->wait_fd < 0 || impl->kick_fd < 0 || impl->pass_done_fd < 0)
     return make_error("cannot set up the ring reader: " + errno_text(errno));
   std::vector<int> waited{impl->kick_fd};
   for (const auto& r : impl->readers) waited.push_back(ring_buffer__epoll_fd(r->rb));

@@ -3,7 +3,30 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <mutex>
+
 namespace fc::capture {
+
+PriorityInheritingMutex::PriorityInheritingMutex() {
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  // Fails only where the kernel has no PI futexes (not Linux >= 2.6.18): a plain mutex then.
+  pthread_mutexattr_setprotocol(&attr, PTHREAD_PRIO_INHERIT);
+  pthread_mutex_init(&mutex_, &attr);
+  pthread_mutexattr_destroy(&attr);
+}
+
+PriorityInheritingMutex::~PriorityInheritingMutex() {
+  pthread_mutex_destroy(&mutex_);
+}
+
+void PriorityInheritingMutex::lock() {
+  pthread_mutex_lock(&mutex_);
+}
+
+void PriorityInheritingMutex::unlock() {
+  pthread_mutex_unlock(&mutex_);
+}
 
 Spool::Spool(std::size_t max_bytes, std::size_t chunk_bytes)
     : max_bytes_(max_bytes), chunk_bytes_(chunk_bytes) {
@@ -16,14 +39,15 @@ Spool::~Spool() {
 }
 
 std::vector<std::uint8_t> Spool::fresh_chunk() {
-  std::lock_guard lock(mutex_);
-  if (spares_.empty()) {
-    std::vector<std::uint8_t> chunk;
-    chunk.reserve(chunk_bytes_);
-    return chunk;
+  std::vector<std::uint8_t> chunk;
+  {
+    std::lock_guard lock(mutex_);
+    if (!returned_.empty()) {
+      chunk = std::move(returned_.back());
+      returned_.pop_back();
+    }
   }
-  std::vector<std::uint8_t> chunk = std::move(spares_.back());
-  spares_.pop_back();
+  if (chunk.capacity() == 0) chunk.reserve(chunk_bytes_);
   return chunk;
 }
 
@@ -58,10 +82,18 @@ void Spool::push(const void* data, std::size_t size) {
 void Spool::publish() {
   const std::size_t bytes = filling_.size();
   bool waiting;
+  std::vector<std::vector<std::uint8_t>> surplus;  // freed here, by the writer, after the lock
   {
     std::lock_guard lock(mutex_);
     if (bytes > 0) ready_.push_back(std::move(filling_));
     waiting = !ready_.empty();
+    if (returned_.size() > kSpares) {
+      surplus.reserve(returned_.size() - kSpares);
+      while (returned_.size() > kSpares) {
+        surplus.push_back(std::move(returned_.back()));
+        returned_.pop_back();
+      }
+    }
   }
   if (bytes > 0) {
     add_held(bytes);
@@ -74,24 +106,20 @@ void Spool::publish() {
   }
 }
 
-std::vector<std::vector<std::uint8_t>> Spool::take_chunks() {
+void Spool::take_chunks() {
   std::uint64_t count;
   if (read(wake_fd_, &count, sizeof count) < 0) { /* nothing signalled: still take what is there */
   }
-  std::vector<std::vector<std::uint8_t>> taken;
   std::lock_guard lock(mutex_);
-  taken.swap(ready_);
-  return taken;
+  taking_.swap(ready_);  // ready_ gets taking_'s storage, emptied by the last give_back
 }
 
-void Spool::give_back(std::vector<std::vector<std::uint8_t>> chunks, std::size_t bytes) {
+void Spool::give_back(std::size_t bytes) {
   held_.fetch_sub(bytes, std::memory_order_relaxed);
+  for (auto& chunk : taking_) chunk.clear();  // keeps its storage: nothing is freed here
   std::lock_guard lock(mutex_);
-  for (auto& chunk : chunks) {
-    if (spares_.size() >= kSpares) break;
-    chunk.clear();
-    spares_.push_back(std::move(chunk));
-  }
+  for (auto& chunk : taking_) returned_.push_back(std::move(chunk));
+  taking_.clear();
 }
 
 }  // namespace fc::capture

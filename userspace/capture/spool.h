@@ -4,16 +4,39 @@
 // the drain waited on the run queue behind a busy broker and its clients, the rings filled and
 // records were lost; held here, they wait in memory instead (up to max_bytes, then the reader
 // leaves them in the rings, whose drops are counted as before). One writer, one reader.
+//
+// The writer runs at real-time priority and the reader may run at SCHED_IDLE, which a saturated
+// host starves for seconds: the writer must never wait for anything the reader can hold while
+// preempted. So the reader neither allocates nor frees chunks (a free takes the writer's malloc
+// arena lock, and unmapping takes the process's mmap lock: the writer waited up to 58 s behind
+// them, docs/reliability.md), and the one lock they share lends the writer's priority to the
+// reader (priority inheritance).
 #pragma once
 
+#include <pthread.h>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
+
 #include <vector>
 
 namespace fc::capture {
+
+// A mutex with priority inheritance (PTHREAD_PRIO_INHERIT): a real-time thread waiting for it
+// raises the holder to its own priority until the holder lets go.
+class PriorityInheritingMutex {
+ public:
+  PriorityInheritingMutex();
+  ~PriorityInheritingMutex();
+  PriorityInheritingMutex(const PriorityInheritingMutex&) = delete;
+  PriorityInheritingMutex& operator=(const PriorityInheritingMutex&) = delete;
+  void lock();
+  void unlock();
+
+ private:
+  pthread_mutex_t mutex_;
+};
 
 class Spool {
  public:
@@ -34,9 +57,9 @@ class Spool {
   // Reader: calls f(data, size) for every published record, in push order. Returns how many.
   template <class F>
   std::size_t take(F&& f) {
-    std::vector<std::vector<std::uint8_t>> chunks = take_chunks();
+    take_chunks();
     std::size_t n = 0, bytes = 0;
-    for (const auto& chunk : chunks) {
+    for (const auto& chunk : taking_) {
       for (std::size_t at = 0; at + kHeader <= chunk.size();) {
         std::uint32_t size;
         std::memcpy(&size, chunk.data() + at, sizeof size);
@@ -46,7 +69,7 @@ class Spool {
       }
       bytes += chunk.size();
     }
-    give_back(std::move(chunks), bytes);
+    give_back(bytes);
     return n;
   }
   // Readable while published records wait (an eventfd): poll() it to wait for records.
@@ -60,12 +83,12 @@ class Spool {
 
  private:
   static constexpr std::size_t kHeader = 8;  // u32 size, u32 padding: records stay 8-aligned
-  static constexpr std::size_t kSpares = 4;  // emptied chunks kept for reuse
+  static constexpr std::size_t kSpares = 4;  // emptied chunks the writer keeps for reuse
   static std::size_t padded(std::size_t n) { return (n + 7) & ~std::size_t{7}; }
-  std::vector<std::vector<std::uint8_t>> take_chunks();
-  void give_back(std::vector<std::vector<std::uint8_t>> chunks, std::size_t bytes);
+  void take_chunks();                       // reader: the published chunks into taking_
+  void give_back(std::size_t bytes);        // reader: taking_'s chunks, emptied, to returned_
   void add_held(std::size_t bytes);         // writer
-  std::vector<std::uint8_t> fresh_chunk();  // writer: a spare one, or a new one
+  std::vector<std::uint8_t> fresh_chunk();  // writer: a returned one, or a new one
 
   const std::size_t max_bytes_;
   const std::size_t chunk_bytes_;
@@ -74,9 +97,12 @@ class Spool {
   std::uint64_t pushed_ = 0;           // writer only
   std::atomic<std::size_t> held_{0};
   std::atomic<std::size_t> peak_{0};  // written by the writer only
-  std::mutex mutex_;                  // guards ready_ and spares_
+  PriorityInheritingMutex mutex_;     // guards ready_ and returned_
   std::vector<std::vector<std::uint8_t>> ready_;
-  std::vector<std::vector<std::uint8_t>> spares_;
+  // Emptied chunks, back from the reader: the writer reuses them, and frees those past kSpares.
+  std::vector<std::vector<std::uint8_t>> returned_;
+  // Reader only: the chunks being taken. Swapped with ready_, so both lists keep their storage.
+  std::vector<std::vector<std::uint8_t>> taking_;
 };
 
 }  // namespace fc::capture
