@@ -10,7 +10,7 @@ namespace fc::capture {
 PriorityInheritingMutex::PriorityInheritingMutex() {
   pthread_mutexattr_t attr;
   pthread_mutexattr_init(&attr);
-  // Fails only where the kernel has no PI futexes (not Linux >= 2.6.18): a plain mutex then.
+  // Fails only without PI futexes (Linux < 2.6.18): a plain mutex then.
   pthread_mutexattr_setprotocol(&attr, PTHREAD_PRIO_INHERIT);
   pthread_mutex_init(&mutex_, &attr);
   pthread_mutexattr_destroy(&attr);

@@ -8,17 +8,17 @@
 // The writer runs at real-time priority and the reader may run at SCHED_IDLE, which a saturated
 // host starves for seconds: the writer must never wait for anything the reader can hold while
 // preempted. So the reader neither allocates nor frees chunks (a free takes the writer's malloc
-// arena lock, and unmapping takes the process's mmap lock: the writer waited up to 58 s behind
-// them, docs/reliability.md), and the one lock they share lends the writer's priority to the
-// reader (priority inheritance).
+// arena lock, and unmapping takes the process's mmap lock: the writer waited seconds behind
+// them, docs/performance.md "Session 56" in "Ring reader"), and the one lock they share lends
+// the writer's priority to the reader (priority inheritance).
 #pragma once
 
 #include <pthread.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-
 #include <vector>
 
 namespace fc::capture {
