@@ -36,14 +36,12 @@ int effective_priority(pid_t tid) {
 TEST_CASE("a real-time thread waiting for the spool's lock lends its priority to the holder") {
   fc::testing::require_root("SCHED_FIFO threads");
   fc::capture::PriorityInheritingMutex mutex;
-  std::atomic<pid_t> holder_tid{0};
   std::atomic<bool> held{false}, waiting{false};
   int idle_priority = 0, boosted_priority = 0;
   std::thread holder([&] {
     sched_param p{};
-    REQUIRE(sched_setscheduler(0, SCHED_IDLE, &p) == 0);
+    CHECK(sched_setscheduler(0, SCHED_IDLE, &p) == 0);
     mutex.lock();
-    holder_tid = gettid();
     idle_priority = effective_priority(gettid());
     held = true;
     while (!waiting) std::this_thread::yield();
@@ -56,7 +54,7 @@ TEST_CASE("a real-time thread waiting for the spool's lock lends its priority to
   std::thread waiter([&] {
     sched_param p{};
     p.sched_priority = 1;
-    REQUIRE(pthread_setschedparam(pthread_self(), SCHED_FIFO, &p) == 0);
+    CHECK(pthread_setschedparam(pthread_self(), SCHED_FIFO, &p) == 0);
     while (!held) std::this_thread::yield();
     waiting = true;
     mutex.lock();  // blocks until the holder, boosted, lets go
