@@ -1027,6 +1027,7 @@ std::vector<SendCall> broker_calls() {
 }
 
 int fold_scenario(Child& self) {
+  if (!pin_to_this_cpu()) return 9;  // the checks below follow the records' delivery order
   Loopback lb;
   if (!open_kafka_loopback(self, lb)) return 10;
   if (!serve_request(lb, 80)) return 11;
@@ -1685,14 +1686,6 @@ constexpr std::size_t kQueuedUnread = 1000;
 constexpr unsigned kQueuedSeed = 140;
 
 constexpr std::uint64_t kQueuedByHint = 3 + 1;
-
-// The calling process stays on the CPU it runs on now (body hints are per CPU).
-bool pin_to_this_cpu() {
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
-  return sched_setaffinity(0, sizeof(one), &one) == 0;
-}
 
 int store_queued_scenario(Child& self) {
   // One CPU: a body hint is the CPU's, and the reads it folds are counted exactly.

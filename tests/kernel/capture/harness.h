@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -189,6 +190,15 @@ inline std::string tls_stream(const std::vector<Record>& all, fc_u64 conn_id, fc
     out += e.payload;
   }
   return out;
+}
+
+// The calling process stays on the CPU it runs on now: body hints are per CPU, and so are the
+// rings, which deliver the records of a process that moved between CPUs in either order.
+inline bool pin_to_this_cpu() {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+  return sched_setaffinity(0, sizeof(one), &one) == 0;
 }
 
 // An object store's response arriving in several reads (kernel_capture_io over plain TCP,
