@@ -1712,13 +1712,16 @@ static __always_inline void emit_data(struct conn_state* st, struct sock* sk, __
     }
   }
   /* One iovec (a header written on its own between sendfiles, a request read into one buffer):
-   * a one-range record, copied straight into the ring, with the short header. */
+   * a one-range record, copied straight into the ring, with the short header; a Fetch among a
+   * Kafka client's requests captured further, as by read. */
   if (!msg_fault && iovcnt == 1) {
     struct fc_user_iovec iov;
     if (bpf_probe_read_user(&iov, sizeof(iov), (const void*)iov_ptr) == 0) {
       __u32 seg = iov.iov_len < (__u64)ret ? (__u32)iov.iov_len : ret;
       __u32 cap = body_from && iov.iov_len >= body_from ? min_u32(iov_cap, body_bytes) : iov_cap;
       __u32 want = min_u32(min_u32(seg, cap), min_u32(call_cap, FC_MAX_CAPTURE));
+      if (direction == FC_DIR_RECV && st->policy.role == FC_ROLE_KAFKA_CLIENT && seg > want)
+        want = fetch_request_want(iov.iov_base, seg, want);
       if (gather && try_gather(st, sk, pos, ret, hole, want, iov.iov_base, ends, pid_tgid, task))
         return;
       if (starts && gather_start(st, sk, src, pos, ret, hole, want, iov.iov_base, pid_tgid, task))
