@@ -1,5 +1,6 @@
 // Loader and ring-buffer drain for bpf/capture.bpf.c (libbpf skeleton).
 #include "capture/capture.h"
+#include "capture/drain_steering.h"
 #include "capture/spool.h"
 
 #include <bpf/bpf.h>
@@ -225,14 +226,7 @@ struct Capture::Impl {
   std::atomic<std::uint64_t> covered{0};
   bool reader_realtime = false;
   std::string reader_priority_error;
-  // Options::drain_yields. drain_tid: the drain's thread, once it yields; drain_idle: it is at
-  // SCHED_IDLE now (the reader's to change after that); drain_away_since_ns: when it last stopped
-  // waiting for records in poll(), 0 while it waits.
-  std::atomic<pid_t> drain_tid{0};
-  std::atomic<bool> drain_idle{false};
-  std::atomic<std::uint64_t> drain_promotions{0};
-  std::atomic<std::uint64_t> drain_away_since_ns{0};
-  bool drain_checked = false;  // drain thread only
+  bool drain_checked = false;  // drain thread only: Options::drain_yields was tried
   mutable std::mutex drain_mutex;
   std::string drain_priority_error;  // under drain_mutex
   std::vector<int> ring_fds;
@@ -241,6 +235,10 @@ struct Capture::Impl {
   std::string exec_error;              // why not
   EventHandler handler;
   Options options;
+  // Options::drain_yields: after options (its marks come from them). Destroyed after ~Impl's
+  // body has joined the reader, so no reader is left to steer the drain when it restores it.
+  DrainSteering drain_steering{options.drain_yield_backlog_bytes,
+                               std::uint64_t(options.drain_yield_away_ms) * 1000000};
   Variant variant = Variant::kAuto;
   int cpus = 0;
   std::size_t ring_bytes = 0;
@@ -255,15 +253,11 @@ struct Capture::Impl {
   fc_data_event folded_event{};   // the calls a record's hole_before stands for (on_sample)
   fc_data_event skipped_event{};  // the whole messages a record's skipped_before stands for
 
+  explicit Impl(const Options& opts) : options(opts) {}
   ~Impl() {
     if (reader.joinable()) {
       stop_reader = true;
       reader.join();
-    }
-    // No reader is left to bring the drain back from SCHED_IDLE: it leaves as it came.
-    if (const pid_t tid = drain_tid.load(); tid != 0 && drain_idle.load()) {
-      sched_param normal{};
-      sched_setscheduler(tid, SCHED_OTHER, &normal);
     }
     if (kick_fd >= 0) close(kick_fd);
     if (pass_done_fd >= 0) close(pass_done_fd);
@@ -319,54 +313,20 @@ struct Capture::Impl {
     return 1;
   }
 
-  // Options::drain_yields, on the drain thread at its first poll(): moves it to SCHED_IDLE, if
-  // it can come back (leaving SCHED_IDLE needs CAP_SYS_NICE or RLIMIT_NICE, so a throwaway
-  // thread tries the round trip first: the drain is never stranded at SCHED_IDLE).
+  // Options::drain_yields, on the drain thread at its first poll().
   void start_yielding() {
     drain_checked = true;
-    int err = 0;
-    std::thread trial([&err] {
-      sched_param p{};
-      if (sched_setscheduler(0, SCHED_IDLE, &p) != 0 || sched_setscheduler(0, SCHED_OTHER, &p) != 0)
-        err = errno;
-    });
-    trial.join();
-    sched_param idle{};
-    if (err == 0 && sched_setscheduler(0, SCHED_IDLE, &idle) != 0) err = errno;
-    if (err != 0) {
+    if (const int err = drain_steering.yield_from_here(monotonic_ns()); err != 0) {
       std::lock_guard lock(drain_mutex);
       drain_priority_error = "the drain thread cannot yield to the broker (SCHED_IDLE, " +
                              errno_text(err) +
                              "): it keeps its priority; grant CAP_SYS_NICE or set "
                              "capture.drain_yields to false";
-      return;
     }
-    drain_away_since_ns = monotonic_ns();
-    drain_idle = true;
-    drain_tid = static_cast<pid_t>(gettid());
   }
 
-  // Options::drain_yields, on the reader thread after each pass: the drain becomes a normal
-  // thread while its backlog is at the mark or it has been away from poll() too long, and
-  // yields again once it waits in poll() with an eighth of the mark or less.
-  void steer_drain() {
-    const pid_t tid = drain_tid.load(std::memory_order_relaxed);
-    if (tid == 0) return;
-    const std::size_t held = spool.held_bytes();
-    const std::uint64_t away_since = drain_away_since_ns.load(std::memory_order_relaxed);
-    const bool away_long =
-        away_since != 0 &&
-        monotonic_ns() - away_since >= std::uint64_t(options.drain_yield_away_ms) * 1000000;
-    sched_param p{};
-    if (drain_idle && (held >= options.drain_yield_backlog_bytes || away_long)) {
-      if (sched_setscheduler(tid, SCHED_OTHER, &p) == 0) {
-        drain_idle = false;
-        drain_promotions.fetch_add(1, std::memory_order_relaxed);
-      }
-    } else if (!drain_idle && away_since == 0 && held <= options.drain_yield_backlog_bytes / 8) {
-      if (sched_setscheduler(tid, SCHED_IDLE, &p) == 0) drain_idle = true;
-    }
-  }
+  // On the reader thread after each pass.
+  void steer_drain() { drain_steering.steer(spool.held_bytes(), monotonic_ns()); }
 
   static std::uint64_t monotonic_ns() {
     return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -602,9 +562,8 @@ Capture::~Capture() = default;
 
 Result<std::unique_ptr<Capture>> Capture::open(const Options& options, EventHandler handler) {
   libbpf_set_print(print_libbpf);
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<Impl>(options);
   impl->handler = std::move(handler);
-  impl->options = options;
   if (options.pass_interval_ms < 1 || options.pass_interval_ms > Impl::kIdlePassMs)
     return make_error("the capture's pass interval must be from 1 to 100 ms, not " +
                       std::to_string(options.pass_interval_ms));
@@ -914,7 +873,7 @@ Result<int> Capture::poll(int timeout_ms) {
   if (impl_->options.drain_yields && !impl_->drain_checked) impl_->start_yielding();
   // Waiting for records (below, and in flush(), whose pass the reader steers the drain in) is
   // the only time the drain is not away (Impl::steer_drain); decoding them is.
-  impl_->drain_away_since_ns.store(0, std::memory_order_relaxed);
+  impl_->drain_steering.set_away_since(0);
   if (timeout_ms != 0 && impl_->spool.held_bytes() == 0) {
     pollfd wake{impl_->spool.wake_fd(), POLLIN, 0};
     if (::poll(&wake, 1, timeout_ms) < 0 && errno != EINTR)
@@ -923,7 +882,7 @@ Result<int> Capture::poll(int timeout_ms) {
   // Nothing handed over (no ring crossed its wakeup mark): read what the rings hold now, as a
   // drain reading them itself would.
   if (impl_->spool.held_bytes() == 0) impl_->flush();
-  impl_->drain_away_since_ns.store(Impl::monotonic_ns(), std::memory_order_relaxed);
+  impl_->drain_steering.set_away_since(Impl::monotonic_ns());
   // Loaded before the take: the pass it names published before, so its records are taken now.
   const std::uint64_t through =
       std::max(impl_->published_through_ns.load(std::memory_order_acquire), impl_->idle_through_ns);
@@ -1062,9 +1021,9 @@ Status Capture::status() const {
       static_cast<double>(impl_->pass_max_ns.load(std::memory_order_relaxed)) / 1e9;
   s.idle_polls = impl_->flushes_skipped.load(std::memory_order_relaxed);
   s.spool_limit_bytes = impl_->spool.max_bytes();
-  s.drain_yields = impl_->drain_tid.load() != 0;
-  s.drain_idle = s.drain_yields && impl_->drain_idle.load();
-  s.drain_promotions = impl_->drain_promotions.load(std::memory_order_relaxed);
+  s.drain_yields = impl_->drain_steering.yielding();
+  s.drain_idle = impl_->drain_steering.idle();
+  s.drain_promotions = impl_->drain_steering.promotions();
   {
     std::lock_guard lock(impl_->drain_mutex);
     s.drain_priority_error = impl_->drain_priority_error;

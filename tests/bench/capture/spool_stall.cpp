@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "capture/capture.h"
+#include "capture/drain_steering.h"
 #include "capture/spool.h"
 
 namespace {
@@ -55,14 +57,20 @@ int main(int argc, char** argv) {
   fc::capture::Spool spool(64u << 20);
   std::atomic<bool> stop{false};
   std::uint64_t taken = 0;
-  std::atomic<pid_t> drain_tid{0};
+  // Steered as fetchcostd steers its drain, at its default marks (capture.drain_yields).
+  const fc::capture::Options defaults;
+  fc::capture::DrainSteering steering(defaults.drain_yield_backlog_bytes,
+                                      std::uint64_t(defaults.drain_yield_away_ms) * 1'000'000);
+  std::atomic<bool> drain_ready{false};
   std::thread drain([&] {
-    sched_param p{};
-    sched_setscheduler(0, SCHED_IDLE, &p);
-    drain_tid = gettid();
+    if (const int err = steering.yield_from_here(now_ns()); err != 0)
+      std::fprintf(stderr, "bench_spool_stall: the drain cannot yield (errno %d)\n", err);
+    drain_ready = true;
     while (!stop.load()) {
+      steering.set_away_since(0);
       pollfd wake{spool.wake_fd(), POLLIN, 0};
       ::poll(&wake, 1, 10);
+      steering.set_away_since(now_ns());
       taken += spool.take([](const void*, std::size_t) {});
       // The decoder's own allocations, some large enough to be mmap'd.
       static unsigned k = 0;
@@ -77,9 +85,8 @@ int main(int argc, char** argv) {
     }
   });
 
-  std::uint64_t passes = 0, longest = 0, pushed = 0, full_waits = 0, promotions = 0;
-  bool drain_idle = true;
-  while (drain_tid == 0) std::this_thread::yield();
+  std::uint64_t passes = 0, longest = 0, pushed = 0, full_waits = 0;
+  while (!drain_ready) std::this_thread::yield();
   std::array<std::uint64_t, 6> by_decade{};  // < 0.1 ms, < 1 ms, < 10 ms, < 100 ms, < 1 s, more
   std::thread reader([&] {
     sched_param p{};
@@ -90,6 +97,7 @@ int main(int argc, char** argv) {
     const std::uint64_t end = now_ns() + std::uint64_t(seconds) * 1'000'000'000;
     while (now_ns() < end) {
       if (spool.full()) {  // as fetchcostd's reader: the rings hold what comes meanwhile
+        steering.steer(spool.held_bytes(), now_ns());
         ++full_waits;
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         continue;
@@ -105,15 +113,7 @@ int main(int argc, char** argv) {
         ++decade;
       ++by_decade[decade];
       ++passes;
-      // As fetchcostd's reader steers its drain (capture.drain_yields): a normal thread from
-      // 8 MiB of backlog, SCHED_IDLE again at an eighth of that.
-      sched_param normal{};
-      if (const std::size_t held = spool.held_bytes(); held >= (8u << 20) && drain_idle) {
-        if (sched_setscheduler(drain_tid, SCHED_OTHER, &normal) == 0) drain_idle = false;
-        ++promotions;
-      } else if (held <= (1u << 20) && !drain_idle) {
-        if (sched_setscheduler(drain_tid, SCHED_IDLE, &normal) == 0) drain_idle = true;
-      }
+      steering.steer(spool.held_bytes(), now_ns());
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     stop = true;
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   std::printf("reader passes %lu (records %lu, the drain took %lu), longest %.3f ms\n",
               (unsigned long)passes, (unsigned long)pushed, (unsigned long)taken, longest / 1e6);
   std::printf("drain promoted %lu times; 1 ms waits with the spool full (64 MiB behind) %lu\n",
-              (unsigned long)promotions, (unsigned long)full_waits);
+              (unsigned long)steering.promotions(), (unsigned long)full_waits);
   std::printf("passes <0.1 ms %lu, <1 ms %lu, <10 ms %lu, <100 ms %lu, <1 s %lu, >=1 s %lu\n",
               (unsigned long)by_decade[0], (unsigned long)by_decade[1], (unsigned long)by_decade[2],
               (unsigned long)by_decade[3], (unsigned long)by_decade[4],
