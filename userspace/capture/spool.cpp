@@ -38,17 +38,21 @@ Spool::~Spool() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
-std::vector<std::uint8_t> Spool::fresh_chunk() {
-  std::vector<std::uint8_t> chunk;
-  {
-    std::lock_guard lock(mutex_);
-    if (!returned_.empty()) {
-      chunk = std::move(returned_.back());
-      returned_.pop_back();
-    }
+std::vector<std::uint8_t> Spool::hand_over_filling() {
+  // Counted before the reader can take it: its give_back must never find held_ short.
+  add_held(filling_.size());
+  ready_.push_back(std::move(filling_));
+  std::vector<std::uint8_t> next;
+  if (!returned_.empty()) {
+    next = std::move(returned_.back());
+    returned_.pop_back();
   }
-  if (chunk.capacity() == 0) chunk.reserve(chunk_bytes_);
-  return chunk;
+  return next;
+}
+
+void Spool::refill(std::vector<std::uint8_t> next) {
+  if (next.capacity() == 0) next.reserve(chunk_bytes_);
+  filling_ = std::move(next);
 }
 
 void Spool::add_held(std::size_t bytes) {
@@ -59,13 +63,12 @@ void Spool::add_held(std::size_t bytes) {
 void Spool::push(const void* data, std::size_t size) {
   const std::size_t need = kHeader + padded(size);
   if (!filling_.empty() && filling_.size() + need > chunk_bytes_) {
-    const std::size_t bytes = filling_.size();
+    std::vector<std::uint8_t> next;
     {
       std::lock_guard lock(mutex_);
-      ready_.push_back(std::move(filling_));
+      next = hand_over_filling();
     }
-    add_held(bytes);
-    filling_ = fresh_chunk();
+    refill(std::move(next));
   }
   ++pushed_;
   // Appended, not resized and then overwritten: resize() would zero every byte first. A record
@@ -80,12 +83,13 @@ void Spool::push(const void* data, std::size_t size) {
 }
 
 void Spool::publish() {
-  const std::size_t bytes = filling_.size();
+  const bool filled = !filling_.empty();
   bool waiting;
+  std::vector<std::uint8_t> next;
   std::vector<std::vector<std::uint8_t>> surplus;  // freed here, by the writer, after the lock
   {
     std::lock_guard lock(mutex_);
-    if (bytes > 0) ready_.push_back(std::move(filling_));
+    if (filled) next = hand_over_filling();
     waiting = !ready_.empty();
     if (returned_.size() > kSpares) {
       surplus.reserve(returned_.size() - kSpares);
@@ -95,10 +99,7 @@ void Spool::publish() {
       }
     }
   }
-  if (bytes > 0) {
-    add_held(bytes);
-    filling_ = fresh_chunk();
-  }
+  if (filled) refill(std::move(next));
   if (waiting) {
     const std::uint64_t one = 1;
     if (write(wake_fd_, &one, sizeof one) < 0) { /* the counter is full: already readable */

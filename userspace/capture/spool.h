@@ -85,10 +85,12 @@ class Spool {
   static constexpr std::size_t kHeader = 8;  // u32 size, u32 padding: records stay 8-aligned
   static constexpr std::size_t kSpares = 4;  // emptied chunks the writer keeps for reuse
   static std::size_t padded(std::size_t n) { return (n + 7) & ~std::size_t{7}; }
-  void take_chunks();                       // reader: the published chunks into taking_
-  void give_back(std::size_t bytes);        // reader: taking_'s chunks, emptied, to returned_
-  void add_held(std::size_t bytes);         // writer
-  std::vector<std::uint8_t> fresh_chunk();  // writer: a returned one, or a new one
+  void take_chunks();                 // reader: the published chunks into taking_
+  void give_back(std::size_t bytes);  // reader: taking_'s chunks, emptied, to returned_
+  void add_held(std::size_t bytes);   // writer
+  // Writer, under mutex_: filling_ to ready_, and a returned chunk to fill next (or none).
+  std::vector<std::uint8_t> hand_over_filling();
+  void refill(std::vector<std::uint8_t> next);  // writer, after the lock: next, or a new chunk
 
   const std::size_t max_bytes_;
   const std::size_t chunk_bytes_;
