@@ -1,5 +1,6 @@
-// base: what every stage shares and nothing more — errors as values (result.h) and the
-// release's version (version.h).
+// base: what every stage shares and nothing more — errors as values (result.h), the
+// release's version (version.h) and the records' clock (clock.h).
 #pragma once
+#include "base/clock.h"
 #include "base/result.h"
 #include "base/version.h"

@@ -1,5 +1,7 @@
 // Loader and ring-buffer drain for bpf/capture.bpf.c (libbpf skeleton).
 #include "capture/capture.h"
+
+#include "base/clock.h"
 #include "capture/drain_steering.h"
 #include "capture/spool.h"
 
@@ -327,12 +329,6 @@ struct Capture::Impl {
 
   // On the reader thread after each pass.
   void steer_drain() { drain_steering.steer(spool.held_bytes(), monotonic_ns()); }
-
-  static std::uint64_t monotonic_ns() {
-    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                          std::chrono::steady_clock::now().time_since_epoch())
-                                          .count());
-  }
 
   // The reader thread: wakes with the rings (cfg_wakeup_bytes), or every pass_interval_ms while
   // records flow (100 ms idle), moves what they hold into the spool and hands it to the drain.
@@ -882,7 +878,7 @@ Result<int> Capture::poll(int timeout_ms) {
   // Nothing handed over (no ring crossed its wakeup mark): read what the rings hold now, as a
   // drain reading them itself would.
   if (impl_->spool.held_bytes() == 0) impl_->flush();
-  impl_->drain_steering.set_away_since(Impl::monotonic_ns());
+  impl_->drain_steering.set_away_since(monotonic_ns());
   // Loaded before the take: the pass it names published before, so its records are taken now.
   const std::uint64_t through =
       std::max(impl_->published_through_ns.load(std::memory_order_acquire), impl_->idle_through_ns);

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/version.h"
 #include "capture/capture.h"
 #include "daemon/broker_config.h"
@@ -38,13 +39,6 @@ void on_signal(int) {
 }
 void on_hangup(int) {
   g_reload = true;
-}
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // the clock of bpf_ktime_get_ns()
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
-         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 const char* direction_name(unsigned d) {
@@ -577,7 +571,7 @@ int main(int argc, char** argv) {
     if (duration_s > 0 && now - start >= std::chrono::duration<double>(duration_s)) break;
     if (!capture) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      const std::uint64_t now_ns = monotonic_ns();
+      const std::uint64_t now_ns = fc::monotonic_ns();
       (*service)->tick(now_ns, now_ns);  // no capture: nothing on its way
       continue;
     }
@@ -604,7 +598,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "fetchcostd: warning: %s\n", s.drain_priority_error.c_str());
       (*service)->set_capture_status(s);  // the status taken before it said neither
     }
-    behind = (*service)->tick(monotonic_ns(), capture->handed_through_ns());
+    behind = (*service)->tick(fc::monotonic_ns(), capture->handed_through_ns());
   }
   if (capture) {
     (void)capture->poll(0);

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/version.h"
 #include "daemon/budget.h"
 #include "daemon/reorder.h"
@@ -964,10 +965,7 @@ int Service::port() const {
 void Service::shutdown() {
   std::lock_guard lock(impl_->mutex);
   impl_->release(~0ull, false);
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  impl_->pipe->finish(static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull +
-                      static_cast<std::uint64_t>(ts.tv_nsec));
+  impl_->pipe->finish(monotonic_ns());
   impl_->stop_saver();
   impl_->save_ledger();
 }

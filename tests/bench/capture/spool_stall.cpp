@@ -22,19 +22,12 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "capture/capture.h"
 #include "capture/drain_steering.h"
 #include "capture/spool.h"
 
-namespace {
-
-std::uint64_t now_ns() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
-}
-
-}  // namespace
+using fc::monotonic_ns;
 
 int main(int argc, char** argv) {
   const int seconds = argc > 1 ? std::atoi(argv[1]) : 60;
@@ -63,14 +56,14 @@ int main(int argc, char** argv) {
                                       std::uint64_t(defaults.drain_yield_away_ms) * 1'000'000);
   std::atomic<bool> drain_ready{false};
   std::thread drain([&] {
-    if (const int err = steering.yield_from_here(now_ns()); err != 0)
+    if (const int err = steering.yield_from_here(monotonic_ns()); err != 0)
       std::fprintf(stderr, "bench_spool_stall: the drain cannot yield (errno %d)\n", err);
     drain_ready = true;
     while (!stop.load()) {
       steering.set_away_since(0);
       pollfd wake{spool.wake_fd(), POLLIN, 0};
       ::poll(&wake, 1, 10);
-      steering.set_away_since(now_ns());
+      steering.set_away_since(monotonic_ns());
       taken += spool.take([](const void*, std::size_t) {});
       // The decoder's own allocations, some large enough to be mmap'd.
       static unsigned k = 0;
@@ -94,26 +87,26 @@ int main(int argc, char** argv) {
     if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &p) != 0)
       std::fprintf(stderr, "bench_spool_stall: the reader is not real-time\n");
     const char record[600] = {};
-    const std::uint64_t end = now_ns() + std::uint64_t(seconds) * 1'000'000'000;
-    while (now_ns() < end) {
+    const std::uint64_t end = monotonic_ns() + std::uint64_t(seconds) * 1'000'000'000;
+    while (monotonic_ns() < end) {
       if (spool.full()) {  // as fetchcostd's reader: the rings hold what comes meanwhile
-        steering.steer(spool.held_bytes(), now_ns());
+        steering.steer(spool.held_bytes(), monotonic_ns());
         ++full_waits;
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         continue;
       }
-      const std::uint64_t start = now_ns();
+      const std::uint64_t start = monotonic_ns();
       for (int i = 0; i < 100; ++i) spool.push(record, sizeof record);
       spool.publish();
       pushed += 100;
-      const std::uint64_t took = now_ns() - start;
+      const std::uint64_t took = monotonic_ns() - start;
       longest = std::max(longest, took);
       std::size_t decade = 0;
       for (std::uint64_t t = took / 100'000; t > 0 && decade + 1 < by_decade.size(); t /= 10)
         ++decade;
       ++by_decade[decade];
       ++passes;
-      steering.steer(spool.held_bytes(), now_ns());
+      steering.steer(spool.held_bytes(), monotonic_ns());
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     stop = true;
