@@ -239,8 +239,7 @@ struct Capture::Impl {
   Options options;
   // Options::drain_yields: after options (its marks come from them). Destroyed after ~Impl's
   // body has joined the reader, so no reader is left to steer the drain when it restores it.
-  DrainSteering drain_steering{options.drain_yield_backlog_bytes,
-                               std::uint64_t(options.drain_yield_away_ms) * 1000000};
+  DrainSteering drain_steering{options};
   Variant variant = Variant::kAuto;
   int cpus = 0;
   std::size_t ring_bytes = 0;

@@ -12,12 +12,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "capture/capture.h"
+
 namespace fc::capture {
 
 class DrainSteering {
  public:
-  DrainSteering(std::size_t backlog_mark_bytes, std::uint64_t away_limit_ns)
-      : backlog_mark_bytes_(backlog_mark_bytes), away_limit_ns_(away_limit_ns) {}
+  // Its marks: options.drain_yield_backlog_bytes and options.drain_yield_away_ms.
+  explicit DrainSteering(const Options& options)
+      : backlog_mark_bytes_(options.drain_yield_backlog_bytes),
+        away_limit_ns_(std::uint64_t(options.drain_yield_away_ms) * 1'000'000) {}
   ~DrainSteering();  // a drain still at SCHED_IDLE leaves as it came: a normal thread
   DrainSteering(const DrainSteering&) = delete;
   DrainSteering& operator=(const DrainSteering&) = delete;

@@ -51,9 +51,7 @@ int main(int argc, char** argv) {
   std::atomic<bool> stop{false};
   std::uint64_t taken = 0;
   // Steered as fetchcostd steers its drain, at its default marks (capture.drain_yields).
-  const fc::capture::Options defaults;
-  fc::capture::DrainSteering steering(defaults.drain_yield_backlog_bytes,
-                                      std::uint64_t(defaults.drain_yield_away_ms) * 1'000'000);
+  fc::capture::DrainSteering steering{fc::capture::Options{}};
   std::atomic<bool> drain_ready{false};
   std::thread drain([&] {
     if (const int err = steering.yield_from_here(monotonic_ns()); err != 0)
