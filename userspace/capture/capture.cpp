@@ -197,7 +197,6 @@ struct Capture::Impl {
   static constexpr std::size_t kRingTurn = 256;  // records per ring per turn
   static constexpr int kRingTurns = 64;          // then they are published to the drain
   static constexpr int kTurnOver = -ECANCELED;   // on_sample's "next ring" (not an error)
-  static constexpr std::size_t kSpoolBytes = 64u << 20;
   static constexpr int kIdlePassMs = 100;  // the reader's wait when the last pass moved nothing
   static std::size_t page_bytes() { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
 
@@ -206,7 +205,7 @@ struct Capture::Impl {
   // rings: a second mapping of each ring doubles fetchcostd's resident size as reported.)
   int wait_fd = -1;
   std::vector<std::unique_ptr<RingReader>> readers;
-  Spool spool{kSpoolBytes};
+  Spool spool;
   std::thread reader;
   std::atomic<bool> stop_reader{false};
   std::atomic<int> reader_error{0};           // a negative errno from reading the rings

@@ -40,7 +40,11 @@ class PriorityInheritingMutex {
 
 class Spool {
  public:
-  explicit Spool(std::size_t max_bytes, std::size_t chunk_bytes = 1u << 20);
+  // What fetchcostd's capture holds before it leaves records in the rings: seconds of a busy
+  // broker's records, a bounded share of memory.
+  static constexpr std::size_t kDefaultMaxBytes = 64u << 20;
+
+  explicit Spool(std::size_t max_bytes = kDefaultMaxBytes, std::size_t chunk_bytes = 1u << 20);
   ~Spool();
   Spool(const Spool&) = delete;
   Spool& operator=(const Spool&) = delete;

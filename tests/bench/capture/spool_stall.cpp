@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
     busy.push_back(pid);
   }
 
-  fc::capture::Spool spool(64u << 20);
+  fc::capture::Spool spool;  // fetchcostd's size
   std::atomic<bool> stop{false};
   std::uint64_t taken = 0;
   // Steered as fetchcostd steers its drain, at its default marks (capture.drain_yields).
