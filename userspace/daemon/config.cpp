@@ -3,14 +3,27 @@
 #include "pipeline/endpoints.h"
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <utility>
 
 namespace fc::daemon {
 namespace {
 
 using nlohmann::json;
+
+// Counts: nlohmann's get<T>() wraps a whole number into a narrower or unsigned T (2^32 bytes
+// became 0, -1 became 2^64 - 1) and cuts a float (2.5 became 2; 1e300 is undefined), so a count
+// is read only from a JSON integer that fits T (Reader::whole).
+template <typename T>
+constexpr bool kWhole = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+template <typename T>
+constexpr bool kWholes = false;
+template <typename E>
+constexpr bool kWholes<std::vector<E>> = kWhole<E>;
 
 // Reads one field with a type check; errors say "field: expected X, got Y".
 struct Reader {
@@ -34,10 +47,31 @@ struct Reader {
   template <typename T>
   void get(const json& obj, const std::string& key, const std::string& path, T& out) {
     if (!error.empty() || !obj.contains(key)) return;
-    try {
-      out = obj.at(key).get<T>();
-    } catch (const std::exception&) {
-      fail(path, std::string("expected ") + describe<T>() + ", got " + obj.at(key).dump());
+    const json& v = obj.at(key);
+    if constexpr (kWhole<T>) {
+      if (const auto n = whole<T>(v))
+        out = *n;
+      else
+        fail(path, "expected a whole number" + range<T>() + ", got " + v.dump());
+    } else if constexpr (kWholes<T>) {
+      using E = typename T::value_type;
+      T values;
+      bool ok = v.is_array();
+      for (std::size_t i = 0; ok && i < v.size(); ++i) {
+        const auto n = whole<E>(v[i]);
+        ok = n.has_value();
+        if (ok) values.push_back(*n);
+      }
+      if (ok)
+        out = std::move(values);
+      else
+        fail(path, "expected an array of whole numbers" + range<E>() + ", got " + v.dump());
+    } else {
+      try {
+        out = v.get<T>();
+      } catch (const std::exception&) {
+        fail(path, std::string("expected ") + describe<T>() + ", got " + v.dump());
+      }
     }
   }
   void get_ports(const json& obj, const std::string& key, const std::string& path,
@@ -58,6 +92,20 @@ struct Reader {
     }
   }
   template <typename T>
+  static std::optional<T> whole(const json& v) {
+    if (v.is_number_unsigned()) {
+      if (const auto n = v.get<std::uint64_t>(); std::in_range<T>(n)) return static_cast<T>(n);
+    } else if (v.is_number_integer()) {
+      if (const auto n = v.get<std::int64_t>(); std::in_range<T>(n)) return static_cast<T>(n);
+    }
+    return std::nullopt;
+  }
+  template <typename T>
+  static std::string range() {
+    return " (" + std::to_string(std::numeric_limits<T>::min()) + " to " +
+           std::to_string(std::numeric_limits<T>::max()) + ")";
+  }
+  template <typename T>
   static const char* describe() {
     if constexpr (std::is_same_v<T, bool>)
       return "true or false";
@@ -76,7 +124,7 @@ Result<Config> parse_config(std::string_view text) {
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number no double holds (1e999)
     return make_error(std::string("config is not valid JSON: ") + e.what());
   }
   Config c;
@@ -215,6 +263,11 @@ Result<Config> parse_config(std::string_view text) {
     return make_error("config field \"ledger.hourly_days\": days from 0 (stay hourly) to 36500");
   if (c.audit_log_keep < 0 || c.audit_log_max_bytes < 4096)
     return make_error("config field \"audit_log\": keep >= 0 and max_bytes >= 4096");
+  for (const int pid : c.pids) {
+    if (pid < 1)
+      return make_error("config field \"targets.pids\": process ids start at 1, got " +
+                        std::to_string(pid));
+  }
   for (const auto& lib : c.tls_libraries) {
     if (lib != "openssl" && lib != "gnutls" && lib != "boringssl")
       return make_error("config field \"capture.tls_libraries\": unknown library \"" + lib +

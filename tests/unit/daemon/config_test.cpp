@@ -57,7 +57,7 @@ TEST_CASE("fields are read, and every error names its field") {
       {R"({"listn":"x"})", "\"listn\": unknown key"},
       {R"({"kafka_ports":[0]})", "\"kafka_ports\""},
       {R"({"kafka_ports":"9092"})", "\"kafka_ports\""},
-      {R"({"sensors":{"max_sensors":"many"}})", "\"sensors.max_sensors\": expected a number"},
+      {R"({"sensors":{"max_sensors":"many"}})", "\"sensors.max_sensors\": expected a whole number"},
       {R"({"sensors":{"max_sensors":0}})", "sensors.max_sensors"},
       {R"({"object_store":{"prots":[1]}})", "object_store.prots"},
       {R"({"capture":{"tls_libraries":["wolfssl"]}})", "wolfssl"},
@@ -143,4 +143,48 @@ TEST_CASE("ledger retention: defaults, values, and errors naming the field") {
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().message.find(mentions) != std::string::npos);
   }
+}
+
+// A count read into a narrower or unsigned type wrapped (4294967296 bytes became 0, a zero cap
+// that captures nothing; -1 became 2^64 - 1), and a fraction or a float out of range was cut or
+// undefined. Each is an error naming the field, with the range it takes.
+TEST_CASE("a whole-number field takes a whole number in its range, never a wrapped or cut one") {
+  struct Bad {
+    const char* text;
+    const char* mentions;
+  } cases[] = {
+      {R"({"capture":{"capture_bytes":4294967296}})",
+       "\"capture.capture_bytes\": expected a whole number"},
+      {R"({"capture":{"capture_bytes":-1}})", "\"capture.capture_bytes\""},
+      {R"({"capture":{"pass_interval_ms":4294967396}})",
+       "\"capture.pass_interval_ms\": expected a whole number"},
+      {R"({"capture":{"drain_nice":1e300}})", "\"capture.drain_nice\": expected a whole number"},
+      {R"({"capture":{"ring_kib_per_cpu":18446744073709551616}})", "\"capture.ring_kib_per_cpu\""},
+      {R"({"sensors":{"max_sensors":2.5}})", "\"sensors.max_sensors\": expected a whole number"},
+      {R"({"ledger":{"retention_days":1.5}})",
+       "\"ledger.retention_days\": expected a whole number"},
+      {R"({"audit_log":{"max_bytes":-1}})", "\"audit_log.max_bytes\": expected a whole number"},
+      {R"({"audit_log":{"keep":2147483648}})", "\"audit_log.keep\": expected a whole number"},
+      {R"({"targets":{"pids":[1e20]}})", "\"targets.pids\": expected"},
+      {R"({"targets":{"pids":[12, 3.5]}})", "\"targets.pids\": expected"},
+      {R"({"targets":{"pids":[12, 0]}})", "\"targets.pids\": process ids start at 1, got 0"},
+      {R"({"capture":{"capture_bytes":1e999}})", "config is not valid JSON"},  // threw, uncaught
+      {R"({"capture":{"pass_interval_ms":50.0}})",
+       "\"capture.pass_interval_ms\": expected a whole number"},
+  };
+  for (const auto& bad : cases) {
+    auto r = parse_config(bad.text);
+    INFO(bad.text);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find(bad.mentions) != std::string::npos);
+  }
+  // The edges of each range still read. (A whole number written as a float, 50.0, is refused
+  // above: counts are written as integers, as Helm's toJson writes them too.)
+  auto c = parse_config(R"({"capture":{"capture_bytes":16384,"drain_nice":-20},
+      "audit_log":{"max_bytes":18446744073709551615},"targets":{"pids":[1,2147483647]}})");
+  REQUIRE(c.ok());
+  CHECK(c->capture_bytes == 16384);
+  CHECK(c->drain_nice == -20);
+  CHECK(c->audit_log_max_bytes == 18446744073709551615ull);
+  CHECK(c->pids == std::vector<int>{1, 2147483647});
 }
