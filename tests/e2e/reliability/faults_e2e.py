@@ -137,10 +137,16 @@ def main():
         fc.proc.send_signal(signal.SIGHUP)
         check(wait_until(lambda: metric_values(fc.metrics(), "fetchcost_config_errors_total")
                          .get("") == 2), "SIGHUP with a bad price file: counted")
+        with open(fc.config_path, "w") as f:  # a number no double holds: it aborted fetchcostd
+            f.write('{"capture": {"capture_bytes": 1e999}}')
+        fc.proc.send_signal(signal.SIGHUP)
+        check(wait_until(lambda: metric_values(fc.metrics(), "fetchcost_config_errors_total")
+                         .get("") == 3) and fc.alive(),
+              "SIGHUP with a number no double holds (1e999): counted, fetchcostd alive")
         check(fc.alive() and fc.status()["config"] == before, "running config left untouched")
         log = fc.log_tail()
-        check("sensors.max_sensors" in log and "get_usd_per_1000_requests" in log,
-              "reload errors name the field in the log")
+        check("sensors.max_sensors" in log and "get_usd_per_1000_requests" in log and
+              "number overflow parsing '1e999'" in log, "reload errors name the field in the log")
         fc.write_config()
 
         # ---- capabilities once attached ----
