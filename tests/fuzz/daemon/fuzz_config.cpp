@@ -63,11 +63,11 @@ void check_price_table(std::string_view text) {
   const auto t = fc::cost::parse_price_table(text);
   if (!t) return;
   const fc::cost::PriceTable& table = t.value();
-  require(std::isfinite(t->get_usd_per_1000_requests) && t->get_usd_per_1000_requests >= 0);
-  require(std::isfinite(t->bytes_per_gb) && t->bytes_per_gb >= 1);
-  require(!t->egress_tiers.empty() && std::isinf(t->egress_tiers.back().up_to_gb));
+  require(std::isfinite(table.get_usd_per_1000_requests) && table.get_usd_per_1000_requests >= 0);
+  require(std::isfinite(table.bytes_per_gb) && table.bytes_per_gb >= 1);
+  require(!table.egress_tiers.empty() && std::isinf(table.egress_tiers.back().up_to_gb));
   double bound = 0;
-  for (const auto& tier : t->egress_tiers) {
+  for (const auto& tier : table.egress_tiers) {
     require(std::isfinite(tier.usd_per_gb) && tier.usd_per_gb >= 0);
     require(tier.up_to_gb > bound);
     bound = tier.up_to_gb;
