@@ -1,5 +1,6 @@
 #include "report_model.h"
 
+#include "base/json_count.h"
 #include "identity.h"
 
 #include <algorithm>
@@ -16,15 +17,15 @@ Result<std::vector<LedgerBucket>> parse_ledger(const nlohmann::json& doc) {
   try {
     for (const auto& r : doc.at("buckets")) {
       LedgerBucket b;
-      b.hour = r.at("hour").get<std::int64_t>();
-      b.hours = r.value("hours", 1);
+      b.hour = json_count_at<std::int64_t>(r, "hour");
+      b.hours = r.contains("hours") ? json_count_at<int>(r, "hours") : 1;
       b.client_id = r.at("client_id").get<std::string>();
       b.group_id = r.value("group_id", std::string());
       b.topic = r.at("topic").get<std::string>();
       b.method = r.value("method", std::string());
-      b.bytes = r.at("bytes").get<std::uint64_t>();
-      b.requests = r.at("requests").get<std::uint64_t>();
-      b.errors = r.value("errors", std::uint64_t{0});
+      b.bytes = json_count_at<std::uint64_t>(r, "bytes");
+      b.requests = json_count_at<std::uint64_t>(r, "requests");
+      b.errors = r.contains("errors") ? json_count_at<std::uint64_t>(r, "errors") : 0;
       b.cost_api = r.value("cost_api", 0.0);
       b.cost_egress = r.value("cost_egress", 0.0);
       out.push_back(std::move(b));

@@ -1,5 +1,6 @@
 // base: what every stage shares and nothing more — errors as values (result.h), the
-// release's version (version.h) and the records' clock (clock.h).
+// release's version (version.h) and the records' clock (clock.h). The readers of JSON files
+// include json_count.h themselves (counts that never wrap; it needs nlohmann_json).
 #pragma once
 #include "base/clock.h"
 #include "base/result.h"

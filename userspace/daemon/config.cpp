@@ -1,23 +1,19 @@
 #include "daemon/config.h"
 
+#include "base/json_count.h"
 #include "pipeline/endpoints.h"
 
 #include <fstream>
-#include <limits>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <set>
 #include <sstream>
-#include <utility>
 
 namespace fc::daemon {
 namespace {
 
 using nlohmann::json;
 
-// Counts: nlohmann's get<T>() wraps a whole number into a narrower or unsigned T (2^32 bytes
-// became 0, -1 became 2^64 - 1) and cuts a float (2.5 became 2; 1e300 is undefined), so a count
-// is read only from a JSON integer that fits T (Reader::whole).
+// Counts (and arrays of them) are read with json_count, never get<T>() (base/json_count.h).
 template <typename T>
 constexpr bool kWhole = std::is_integral_v<T> && !std::is_same_v<T, bool>;
 template <typename T>
@@ -49,23 +45,24 @@ struct Reader {
     if (!error.empty() || !obj.contains(key)) return;
     const json& v = obj.at(key);
     if constexpr (kWhole<T>) {
-      if (const auto n = whole<T>(v))
+      if (const auto n = json_count<T>(v))
         out = *n;
       else
-        fail(path, "expected a whole number" + range<T>() + ", got " + v.dump());
+        fail(path, "expected a whole number" + json_count_range<T>() + ", got " + v.dump());
     } else if constexpr (kWholes<T>) {
       using E = typename T::value_type;
       T values;
       bool ok = v.is_array();
       for (std::size_t i = 0; ok && i < v.size(); ++i) {
-        const auto n = whole<E>(v[i]);
+        const auto n = json_count<E>(v[i]);
         ok = n.has_value();
         if (ok) values.push_back(*n);
       }
       if (ok)
         out = std::move(values);
       else
-        fail(path, "expected an array of whole numbers" + range<E>() + ", got " + v.dump());
+        fail(path,
+             "expected an array of whole numbers" + json_count_range<E>() + ", got " + v.dump());
     } else {
       try {
         out = v.get<T>();
@@ -90,20 +87,6 @@ struct Reader {
       }
       out.push_back(static_cast<std::uint16_t>(p.get<int>()));
     }
-  }
-  template <typename T>
-  static std::optional<T> whole(const json& v) {
-    if (v.is_number_unsigned()) {
-      if (const auto n = v.get<std::uint64_t>(); std::in_range<T>(n)) return static_cast<T>(n);
-    } else if (v.is_number_integer()) {
-      if (const auto n = v.get<std::int64_t>(); std::in_range<T>(n)) return static_cast<T>(n);
-    }
-    return std::nullopt;
-  }
-  template <typename T>
-  static std::string range() {
-    return " (" + std::to_string(std::numeric_limits<T>::min()) + " to " +
-           std::to_string(std::numeric_limits<T>::max()) + ")";
   }
   template <typename T>
   static const char* describe() {

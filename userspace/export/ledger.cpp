@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "base/json_count.h"
 #include "export/export.h"
 
 namespace fc::exporter {
@@ -32,19 +33,20 @@ Result<std::unique_ptr<Ledger>> Ledger::open(const std::string& state_dir,
     for (const auto& row : doc.at("buckets")) {
       // Sanitized like add() does: a ledger written before keys were sanitized may hold invalid
       // UTF-8 (rows that now share a key are added up).
-      LedgerKey key{row.at("hour").get<std::int64_t>(),
+      LedgerKey key{json_count_at<std::int64_t>(row, "hour"),
                     sensors::sanitize_label(row.at("client_id").get<std::string>()),
                     sensors::sanitize_label(row.at("group_id").get<std::string>()),
                     sensors::sanitize_label(row.at("topic").get<std::string>()),
                     sensors::sanitize_label(row.at("method").get<std::string>()),
-                    row.value("hours", 1)};  // absent in hourly rows (and in older files)
+                    row.contains("hours") ? json_count_at<int>(row, "hours")
+                                          : 1};  // absent in hourly rows (and in older files)
       if (key.hours != 1 && key.hours != 24)
         throw std::runtime_error("a bucket spans " + std::to_string(key.hours) +
                                  " hours (1 or 24 expected)");
-      LedgerValue value{row.at("bytes").get<std::uint64_t>(),
-                        row.at("requests").get<std::uint64_t>(),
-                        row.at("errors").get<std::uint64_t>(), row.at("cost_api").get<double>(),
-                        row.at("cost_egress").get<double>()};
+      LedgerValue value{json_count_at<std::uint64_t>(row, "bytes"),
+                        json_count_at<std::uint64_t>(row, "requests"),
+                        json_count_at<std::uint64_t>(row, "errors"),
+                        row.at("cost_api").get<double>(), row.at("cost_egress").get<double>()};
       LedgerValue& v = ledger->buckets_[key];
       v.bytes += value.bytes;
       v.requests += value.requests;

@@ -87,6 +87,16 @@ TEST_CASE("ledger documents parse (ledger.json and /api/v1/report have the same 
   REQUIRE(b.ok());
   CHECK((*b)[0].bytes == 3);
   CHECK_FALSE(parse_ledger(nlohmann::json::parse(R"({"buckets":[{"hour":1}]})")).ok());
+  // A count that would wrap (-1 bytes read as 2^64 - 1) or be cut (2.5 requests) is refused,
+  // naming the field.
+  for (const char* bad : {R"("bytes":-1,"requests":1)", R"("bytes":3,"requests":2.5)",
+                          R"("bytes":3,"requests":1,"errors":1e300)"}) {
+    const auto r = parse_ledger(nlohmann::json::parse(
+        std::string(R"({"buckets":[{"hour":5,"client_id":"c","topic":"t",)") + bad + "}]}"));
+    INFO(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find("is not a whole number") != std::string::npos);
+  }
 }
 
 TEST_CASE("times: now, unix, relative, ISO-8601 UTC; errors say what is accepted") {

@@ -154,6 +154,13 @@ TEST_CASE("the ledger survives a restart and answers time-window queries") {
   auto broken = exporter::Ledger::open(dir);
   REQUIRE_FALSE(broken.ok());
   CHECK(broken.error().message.find("move it away") != std::string::npos);
+  // A bucket whose count would wrap (-1 bytes read as 2^64 - 1) is refused the same way.
+  std::ofstream(dir + "/ledger.json")
+      << R"({"version":1,"buckets":[{"hour":7200,"client_id":"a","group_id":"","topic":"t",
+            "method":"exact","bytes":-1,"requests":1,"errors":0,"cost_api":0,"cost_egress":0}]})";
+  auto wrapped = exporter::Ledger::open(dir);
+  REQUIRE_FALSE(wrapped.ok());
+  CHECK(wrapped.error().message.find("\"bytes\" is not a whole number") != std::string::npos);
 }
 
 TEST_CASE("the audit log writes JSON lines and rotates by size") {
