@@ -81,11 +81,12 @@ struct Reader {
     }
     out.clear();
     for (const auto& p : v) {
-      if (!p.is_number_integer() || p.get<long long>() < 1 || p.get<long long>() > 65535) {
+      const auto port = json_count<std::uint16_t>(p);
+      if (!port || *port == 0) {
         fail(path, "ports are integers from 1 to 65535, got " + p.dump());
         return;
       }
-      out.push_back(static_cast<std::uint16_t>(p.get<int>()));
+      out.push_back(*port);
     }
   }
   template <typename T>
